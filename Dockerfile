@@ -1,0 +1,29 @@
+# The loraplane image: the `loraplane` CLI, which runs the registry
+# (`loraplane registry serve`) and migrates its database (`loraplane registry migrate`).
+# compose.yaml builds it as loraplane:local.
+
+FROM python:3.11-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+# .dockerignore keeps the context to what the wheel needs (no tests, venvs or .git).
+COPY . .
+RUN python -m venv /opt/loraplane \
+ && /opt/loraplane/bin/pip install . \
+ && /opt/loraplane/bin/loraplane --version
+
+FROM python:3.11-slim
+RUN useradd --system --uid 10001 --user-group --no-create-home \
+        --home-dir /var/lib/loraplane loraplane \
+ && install -d -o loraplane -g loraplane -m 0750 /var/lib/loraplane
+COPY --from=build /opt/loraplane /opt/loraplane
+ENV PATH=/opt/loraplane/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    LORAPLANE_DATA_DIR=/var/lib/loraplane
+USER loraplane
+WORKDIR /var/lib/loraplane
+VOLUME ["/var/lib/loraplane"]
+EXPOSE 8080
+ENTRYPOINT ["loraplane"]
+CMD ["registry", "serve", "--host", "0.0.0.0"]

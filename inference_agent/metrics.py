@@ -1,0 +1,105 @@
+"""Every Prometheus metric of the agent, in one object with its own registry.
+
+A registry per agent (not the process-global one) keeps tests and several agents in
+one process from colliding on metric names.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from inference_agent.errors import AgentError
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+STAGES = ("desired", "fetch", "validate", "load", "flip", "drain", "unload")
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 120.0, 300.0)
+_STAGE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
+                  300.0, 900.0)
+
+
+def process_rss_bytes(status: Path = Path("/proc/self/status")) -> int | None:
+    """Resident set size from /proc (Linux); None where there is no /proc."""
+    try:
+        text = status.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024  # the kernel reports kB
+    return None
+
+
+class AgentMetrics:
+    """The agent's metrics; ``render`` gives the exposition text for ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("loraplane_agent_requests", "Proxied requests",
+                                ["adapter", "status"], registry=r)
+        self.request_errors = Counter("loraplane_agent_request_errors",
+                                      "Proxied requests that failed", ["adapter", "reason"],
+                                      registry=r)
+        self.request_latency = Histogram("loraplane_agent_request_seconds",
+                                         "Proxied request latency (to the last byte)",
+                                         ["adapter"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.cache_hits = Counter("loraplane_agent_cache_hits",
+                                  "Requests whose version was already loaded", registry=r)
+        self.cache_misses = Counter("loraplane_agent_cache_misses",
+                                    "Requests that waited for their version to load",
+                                    registry=r)
+        self.cache_evictions = Counter("loraplane_agent_cache_evictions",
+                                       "Versions unloaded to make room (LRU)", registry=r)
+        self.stage_seconds = Histogram("loraplane_agent_stage_seconds",
+                                       "Time spent in each swap stage", ["stage"],
+                                       buckets=_STAGE_BUCKETS, registry=r)
+        self.event_delay = Histogram("loraplane_agent_event_delay_seconds",
+                                     "From an event's commit in the registry (its time) to "
+                                     "its receipt here", buckets=_STAGE_BUCKETS, registry=r)
+        self.versions_loaded = Gauge("loraplane_agent_versions_loaded",
+                                     "Adapter versions loaded in vLLM", registry=r)
+        self.bytes_downloaded = Counter("loraplane_agent_downloaded_bytes",
+                                        "Adapter bytes downloaded from the registry",
+                                        registry=r)
+        self.swaps = Counter("loraplane_agent_swaps", "Alias moves applied, by outcome",
+                             ["outcome"], registry=r)
+        self.failures = Counter("loraplane_agent_failures",
+                                "Versions that failed to fetch, validate or load",
+                                ["adapter", "code"], registry=r)
+        self.process_memory = Gauge("loraplane_agent_process_resident_memory_bytes",
+                                    "Resident memory of the agent process", registry=r)
+        self.process_memory.set_function(lambda: float(process_rss_bytes() or 0))
+
+    def count_failure(self, adapter: str, exc: AgentError) -> None:
+        """Count ``exc`` in ``failures_total{adapter,code}``, once per exception."""
+        if not exc.counted:
+            exc.counted = True
+            self.failures.labels(adapter=adapter, code=exc.code).inc()
+
+    @contextmanager
+    def stage(self, stage: str) -> Iterator[None]:
+        """Time a swap stage (``fetch``, ``validate``, ``load``, ``flip``, ...)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds.labels(stage=stage).observe(time.perf_counter() - started)
+
+    def event_received(self, committed_at: datetime) -> None:
+        """Observe how long an event took from the registry's commit to this agent."""
+        if committed_at.tzinfo is None:  # the registry writes UTC
+            committed_at = committed_at.replace(tzinfo=UTC)
+        delay = (datetime.now(UTC) - committed_at).total_seconds()
+        # Clocks of two hosts can disagree by a little: never a negative delay.
+        self.event_delay.observe(max(0.0, delay))
+
+    def render(self) -> bytes:
+        """The exposition text; process memory is read from /proc as it is rendered."""
+        return generate_latest(self.registry)

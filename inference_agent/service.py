@@ -1,0 +1,349 @@
+"""The agent process: builds every part, starts them in order, and shuts down in stages.
+
+Start-up: listen (``/readyz`` answers 503 until ready) → wait for vLLM → read the
+registry's snapshot → reconcile every adapter → load pinned and pre-warmed adapters →
+ready; then follow the event stream from the snapshot, resync periodically, report
+status, watch the local folder. One TaskGroup owns every task.
+
+Shutdown (SIGTERM/SIGINT, or ``stop()``): stop intake (the proxy answers 503, the work
+queue takes no more keys), let proxied requests and streams finish for up to
+``shutdown_grace_s``, then cancel the rest and close the clients. A second signal
+skips the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Awaitable, Coroutine, Generator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from inference_agent.cache import AdapterCache
+from inference_agent.errors import RegistryUnavailable
+from inference_agent.follower import Follower, resync_every
+from inference_agent.leases import Leases
+from inference_agent.materialize import Materializer
+from inference_agent.metrics import AgentMetrics
+from inference_agent.proxy import create_proxy_app
+from inference_agent.reconciler import ALL, Reconciler
+from inference_agent.registry_client import RegistryClient
+from inference_agent.routing import RouteTable
+from inference_agent.settings import AgentSettings
+from inference_agent.status import StatusReporter
+from inference_agent.swap import Swapper
+from inference_agent.vllm_client import VllmClient
+from inference_agent.watcher import Watcher
+from inference_agent.workqueue import Backoff, WorkQueue
+from loraplane.events import DesiredState
+from loraplane.lora import BaseModelShapes, UnsupportedBaseModel
+from loraplane.naming import parse_model_ref
+
+log = logging.getLogger(__name__)
+
+# uvicorn's own wait for connections, after the agent already waited for its requests.
+_SERVER_CLOSE_S = 2
+
+
+class AgentConfigError(ValueError):
+    """Settings that parse but cannot be used (an unreadable base model config...)."""
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the agent owns the signals and the order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _shapes(settings: AgentSettings) -> BaseModelShapes | None:
+    if settings.base_model_config is None:
+        return None
+    try:
+        return BaseModelShapes.from_hf_config(settings.base_model_config)
+    except (UnsupportedBaseModel, OSError, ValueError) as exc:
+        raise AgentConfigError(f"--base-model-config {settings.base_model_config}: {exc}"
+                               ) from exc
+
+
+def _prepare_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise AgentConfigError(f"--cache-dir {path} is not a writable directory: "
+                               f"{exc.strerror or exc}") from exc
+
+
+class Agent:
+    """One agent beside one vLLM server. ``run()`` until ``stop()`` or a signal."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = s = settings
+        # Everything that can refuse the settings runs before any client is opened.
+        shapes = _shapes(s)
+        _prepare_dir(s.cache_dir)
+        self.metrics = AgentMetrics()
+        self.vllm = VllmClient(s.vllm_url)
+        self.registry = (RegistryClient(s.registry, s.token.get_secret_value())
+                         if s.registry is not None and s.token is not None else None)
+        fetch = (self.registry.fetcher(on_bytes=self.metrics.bytes_downloaded.inc)
+                 if self.registry is not None else None)
+        self.materializer = Materializer(
+            s.cache_dir, max_bytes=s.cache_max_bytes, fetch=fetch, base_shapes=shapes,
+            max_rank=s.max_lora_rank, metrics=self.metrics)
+        self.leases = Leases()
+        self.routes = RouteTable(s.base_model)
+        self.cache = AdapterCache(
+            self.vllm, self.materializer, self.leases, capacity=s.max_loaded,
+            metrics=self.metrics, load_wait_timeout_s=s.load_wait_timeout_s,
+            on_evict=lambda _name: self._changed(), is_routed=self.routes.is_routed)
+        self.swapper = Swapper(self.routes, self.cache, self.leases, self.materializer,
+                               drain_timeout_s=s.drain_timeout_s, metrics=self.metrics,
+                               on_change=self._changed)
+        self.queue: WorkQueue[str] = WorkQueue(
+            backoff=Backoff(s.retry_base_s, s.retry_max_s), name="reconcile")
+        self.watcher = self._build_watcher()
+        self.reconciler = self._build_reconciler()
+        self.status = self._build_status()
+        self.follower = self._build_follower()
+        self.ready = asyncio.Event()
+        self.draining = False
+        self.app = create_proxy_app(
+            routes=self.routes, cache=self.cache, leases=self.leases, metrics=self.metrics,
+            vllm_url=s.vllm_url, base_model=s.base_model, registry=self.registry,
+            draining=lambda: self.draining, ready=self.ready.is_set)
+        self.url: str | None = None
+        self.snapshot: DesiredState | None = None
+        self._stop = asyncio.Event()
+        self._force = asyncio.Event()
+
+    def _build_follower(self) -> Follower | None:
+        s = self.settings
+        if s.nats_url is None or self.reconciler is None:
+            return None
+        return Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
+                        enqueue=self.reconciler.notify, metrics=self.metrics)
+
+    def _build_watcher(self) -> Watcher | None:
+        s = self.settings
+        if s.watch_dir is None:
+            return None
+        return Watcher(s.watch_dir, base_model=s.base_model, routes=self.routes,
+                       swapper=self.swapper, materializer=self.materializer,
+                       state_dir=s.cache_dir, known_versions=self._known_versions,
+                       on_change=self._changed)
+
+    def _build_reconciler(self) -> Reconciler | None:
+        s = self.settings
+        if self.registry is None:
+            return None
+        return Reconciler(base_model=s.base_model, registry=self.registry, routes=self.routes,
+                          swapper=self.swapper, cache=self.cache, queue=self.queue,
+                          metrics=self.metrics, max_attempts=s.max_attempts, pins=s.pin,
+                          prewarm=s.prewarm,
+                          is_local=self.watcher.owns if self.watcher is not None else None,
+                          on_change=self._changed)
+
+    def _build_status(self) -> StatusReporter | None:
+        if self.registry is None:
+            return None
+        sources = [x for x in (self.reconciler, self.watcher) if x is not None]
+        return StatusReporter(agent_id=self.settings.agent_id,
+                              base_model=self.settings.base_model, routes=self.routes,
+                              cache=self.cache, swapper=self.swapper, sources=sources,
+                              post=self.registry.post_status,
+                              heartbeat_interval_s=self.settings.heartbeat_interval_s)
+
+    def _changed(self) -> None:
+        # Built after the parts that call it; a change before then has nothing to tell.
+        status = getattr(self, "status", None)
+        if status is not None:
+            status.changed()
+
+    def _known_versions(self, adapter: str) -> int:
+        """The highest version of ``adapter`` this host knows: routed or on disk."""
+        versions = [ref.version for _rev, ref in self.routes.aliases(adapter).values()]
+        for folder in self.materializer.cached():
+            parsed = parse_model_ref(folder.name)
+            if parsed is not None and parsed.adapter == adapter and parsed.version:
+                versions.append(parsed.version)
+        return max(versions, default=0)
+
+    # --- running --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin the staged shutdown; a second call skips the grace period."""
+        if self._stop.is_set():
+            self._force.set()
+        self._stop.set()
+
+    async def run(self, *, install_signals: bool = True) -> None:
+        """Serve until stopped. Raises if start-up fails (vLLM never ready, bad token)."""
+        sock = self._listen()
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        try:
+            async with asyncio.TaskGroup() as group:
+                failed = await self._lifecycle(group, sock)
+        finally:
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            sock.close()
+            await self._close_clients()
+        if failed is not None:
+            raise failed
+
+    def _listen(self) -> socket.socket:
+        host, port = self.settings.host, self.settings.port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            sock = socket.create_server((host, port), family=family, backlog=2048)
+        except OSError as exc:
+            raise AgentConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
+        # create_server leaves the protocol number 0, so asyncio does not set TCP_NODELAY
+        # on accepted connections; without it a response's body waits ~40 ms for the
+        # client's delayed ACK (measured in bench/agent_proxy_overhead.py). Accepted
+        # sockets inherit the option from the listener.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if family == socket.AF_INET6 else bound[0]
+        self.url = f"http://{shown}:{bound[1]}"
+        return sock
+
+    async def _lifecycle(self, group: asyncio.TaskGroup,
+                         sock: socket.socket) -> BaseException | None:
+        """Serve, start, wait for a stop, shut down; returns why start-up failed, if it did."""
+        config = uvicorn.Config(self.app, log_level=self.settings.log_level, lifespan="on",
+                                access_log=False, timeout_graceful_shutdown=_SERVER_CLOSE_S)
+        server = QuietServer(config)
+        served = group.create_task(server.serve(sockets=[sock]), name="http")
+        tasks: list[asyncio.Task[Any]] = []
+        failures: list[BaseException] = []
+        starting = group.create_task(self._guarded_start(group, tasks, failures),
+                                     name="start-up")
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            # Until a stop, the server ending, or start-up failing.
+            waiting = {stop, served, starting}
+            while not (stop.done() or served.done() or failures):
+                _done, waiting = await asyncio.wait(waiting,
+                                                    return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        log.info("shutting down: %d requests in flight, grace %.0fs",
+                 self.app.state.inflight.count, self.settings.shutdown_grace_s)
+        await self._shutdown(server, [starting, *tasks])
+        return failures[0] if failures else None
+
+    async def _guarded_start(self, group: asyncio.TaskGroup, tasks: list[asyncio.Task[Any]],
+                             failures: list[BaseException]) -> None:
+        # A failed start-up is reported by run() after an orderly shutdown, not by the
+        # TaskGroup tearing everything down at once.
+        try:
+            await self._start(group, tasks)
+        except Exception as exc:
+            log.error("start-up failed: %s: %s", type(exc).__name__, exc)
+            failures.append(exc)
+
+    async def _start(self, group: asyncio.TaskGroup, tasks: list[asyncio.Task[Any]]) -> None:
+        s = self.settings
+        log.info("agent %s: proxy on %s, waiting for vLLM at %s", s.agent_id, self.url,
+                 s.vllm_url)
+
+        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> None:
+            tasks.append(group.create_task(coro, name=name))
+
+        await self.vllm.wait_ready(s.vllm_ready_timeout_s)
+        for spec in s.pin:
+            self.cache.pin(spec.partition("@")[0])
+        if self.watcher is not None:
+            self.watcher.scan()
+            spawn(self.watcher.run(), "watcher")
+        if self.reconciler is not None:
+            spawn(self.queue.run(self.reconciler.reconcile, s.reconcile_workers), "reconcile")
+            self.snapshot = await self._first_snapshot(self.reconciler)
+            if self.status is not None:
+                spawn(self.status.run(), "status")
+            await self.queue.join()
+            await self.reconciler.warm()
+            if self.follower is not None:
+                spawn(self.follower.run(self.snapshot.stream_seq + 1), "follower")
+            spawn(resync_every(s.resync_interval_s, self.reconciler.notify), "resync")
+        self.ready.set()
+        log.info("agent %s ready: %d adapters routed, %d versions loaded", s.agent_id,
+                 len(self.routes.adapters()), len(self.cache.loaded_names()))
+
+    async def _first_snapshot(self, reconciler: Reconciler) -> DesiredState:
+        """The start-up snapshot; waits out a registry that is down, not a bad token."""
+        backoff: Backoff[str] = Backoff(self.settings.retry_base_s, self.settings.retry_max_s)
+        while True:
+            try:
+                return await reconciler.resync_all()
+            except RegistryUnavailable as exc:
+                delay = backoff.next_delay(ALL)
+                log.warning("registry not reachable (%s); retrying in %.1fs", exc.message,
+                            delay)
+                await asyncio.sleep(delay)
+
+    async def _shutdown(self, server: uvicorn.Server, tasks: list[asyncio.Task[Any]]) -> None:
+        grace = self.settings.shutdown_grace_s
+        self.draining = True
+        self.ready.clear()
+        # Stage 1+2: no new work; running requests, streams and swaps may finish.
+        settled = await self._unless_forced(asyncio.gather(
+            self.app.state.inflight.wait_zero(grace), self.queue.shutdown(grace)), grace)
+        if not settled:
+            log.warning("grace period over: %d requests still in flight are cut off",
+                        self.app.state.inflight.count)
+        # Stage 3: cancel the rest.
+        await _cancel_all(tasks)
+        await self.swapper.drain_all(0)
+        server.should_exit = True
+
+    async def _unless_forced(self, waiting: Awaitable[Any], timeout_s: float) -> bool:
+        work = asyncio.ensure_future(waiting)
+        forced = asyncio.create_task(self._force.wait())
+        done, _ = await asyncio.wait({work, forced}, timeout=timeout_s + 0.5,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        forced.cancel()
+        if work not in done:
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            return False
+        result = work.result()
+        return isinstance(result, list) and all(result)
+
+    async def _close_clients(self) -> None:
+        for close in (self.vllm.aclose, self.registry.aclose if self.registry else None):
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]], rounds: int = 10,
+                      interval_s: float = 1.0) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again while any is left: under
+    Python 3.11 a cancel can be lost inside a library's own ``wait_for``."""
+    pending = {task for task in tasks if not task.done()}
+    for _ in range(rounds):
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=interval_s)
+    if pending:
+        log.error("tasks still running after shutdown: %s",
+                  ", ".join(sorted(task.get_name() for task in pending)))
+

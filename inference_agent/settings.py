@@ -1,0 +1,113 @@
+"""The agent's one settings class (flags or LORAPLANE_* variables); refuses bad input."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from loraplane.naming import is_slug
+
+# What the registry accepts in POST /v1/agents/{agent_id}/status.
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+_AGENT_ID = re.compile(AGENT_ID_PATTERN)
+_SCHEMES = {
+    "registry": ("http://", "https://"),
+    "vllm_url": ("http://", "https://"),
+    "nats_url": ("nats://", "tls://", "ws://", "wss://"),
+}
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
+
+    # Where desired state comes from. Without a registry the agent serves --watch-dir only.
+    registry: str | None = None
+    token: SecretStr | None = None
+    nats_url: str | None = None
+    vllm_url: str = "http://127.0.0.1:8000"
+
+    base_model: str = Field(min_length=1)
+    base_model_config: Path | None = None
+    max_lora_rank: int = Field(default=16, gt=0)
+
+    cache_dir: Path = Path.home() / ".loraplane" / "agent-cache"
+    cache_max_bytes: int = Field(default=20 * 1024**3, gt=0)
+    max_loaded: int = Field(default=8, gt=0)
+    pin: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    prewarm: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=9000, ge=0, le=65535)
+    agent_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
+    watch_dir: Path | None = None
+
+    drain_timeout_s: float = Field(default=300.0, gt=0)
+    resync_interval_s: float = Field(default=30.0, gt=0)
+    heartbeat_interval_s: float = Field(default=30.0, gt=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    vllm_ready_timeout_s: float = Field(default=600.0, gt=0)
+    load_wait_timeout_s: float = Field(default=120.0, gt=0)
+    max_attempts: int = Field(default=5, gt=0)
+    retry_base_s: float = Field(default=0.5, gt=0)
+    retry_max_s: float = Field(default=30.0, gt=0)
+    reconcile_workers: int = Field(default=4, gt=0, le=64)
+    log_level: LogLevel = "info"
+
+    @field_validator("registry", "vllm_url", "nats_url")
+    @classmethod
+    def _url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        schemes = _SCHEMES[str(info.field_name)]
+        rest = next((value[len(s):] for s in schemes if value.lower().startswith(s)), None)
+        if not rest or rest.startswith("/"):
+            raise ValueError(f"must be a URL starting with {' or '.join(schemes)}")
+        return value.rstrip("/")
+
+    @field_validator("agent_id")
+    @classmethod
+    def _agent_id(cls, value: str) -> str:
+        if not _AGENT_ID.match(value):
+            raise ValueError("must be letters, digits and . _ : - (starting with a letter "
+                             "or digit), at most 255 characters")
+        return value
+
+    @field_validator("pin", "prewarm", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        # "a,b" from the environment, or a list from flags.
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("pin", "prewarm")
+    @classmethod
+    def _slugs(cls, value: list[str]) -> list[str]:
+        bad = [v for v in value if not is_slug(v.partition("@")[0])]
+        if bad:
+            raise ValueError(f"not adapter names: {', '.join(bad)}")
+        return value
+
+    @model_validator(mode="after")
+    def _sources(self) -> AgentSettings:
+        if self.registry is None and self.watch_dir is None:
+            raise ValueError("give --registry or --watch-dir (or both): nothing to serve")
+        if self.nats_url is not None and self.registry is None:
+            raise ValueError("--nats-url needs --registry (events only say what to re-read)")
+        if self.registry is not None and self.token is None:
+            raise ValueError("--registry needs --token (an agent or admin token)")
+        if self.base_model_config is not None and not self.base_model_config.is_file():
+            raise ValueError(f"--base-model-config {self.base_model_config} is not a file")
+        if self.watch_dir is not None and not self.watch_dir.is_dir():
+            raise ValueError(f"--watch-dir {self.watch_dir} is not a directory")
+        if self.retry_max_s < self.retry_base_s:
+            raise ValueError("--retry-max-s must be at least --retry-base-s")
+        if len(self.pin) > self.max_loaded:
+            raise ValueError("more pinned adapters than --max-loaded")
+        return self

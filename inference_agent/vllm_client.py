@@ -1,0 +1,114 @@
+"""HTTP client for one vLLM OpenAI server: readiness and runtime LoRA load/unload.
+
+Both calls are idempotent the way the reconciler needs them: loading a name vLLM
+already has is success (a name is never reused for other weights, see naming.py), and
+unloading a name vLLM does not know is success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from inference_agent.errors import VllmRefused, VllmUnavailable
+
+_ALREADY_LOADED = "has already been loaded"
+# Statuses that say "the server (or a proxy in front of it) is not able to answer now",
+# as opposed to an answer about the adapter itself.
+_UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+
+
+def _error_message(response: httpx.Response) -> str:
+    """vLLM's ``error.message`` (OpenAI error body), else the body's text."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        return response.text.strip()[:500] or f"HTTP {response.status_code}"
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    return response.text.strip()[:500]
+
+
+class VllmClient:
+    """Talks to ``base_url`` (e.g. http://127.0.0.1:8000) with its own connection pool."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s)
+
+    async def wait_ready(self, timeout_s: float, *, poll_s: float = 0.5) -> None:
+        """Poll ``GET /v1/models`` until it answers 200; VllmUnavailable after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while True:
+            try:
+                response = await self._http.get("/v1/models", timeout=min(5.0, timeout_s))
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise VllmUnavailable(
+                    f"vLLM at {self.base_url} not ready after {timeout_s:.0f}s ({last})",
+                    detail={"url": self.base_url})
+            await asyncio.sleep(poll_s)
+
+    async def models(self) -> list[dict[str, Any]]:
+        """The raw ``data`` list of ``GET /v1/models``."""
+        response = await self._request("GET", "/v1/models")
+        if response.status_code != 200:
+            raise VllmUnavailable(f"GET /v1/models answered {response.status_code}: "
+                                  f"{_error_message(response)}")
+        data = response.json().get("data", [])
+        return [m for m in data if isinstance(m, dict)]
+
+    async def loaded(self) -> set[str]:
+        """Names of the LoRA adapters vLLM serves now (entries with a ``parent``)."""
+        return {str(m["id"]) for m in await self.models()
+                if m.get("parent") is not None and "id" in m}
+
+    async def load(self, name: str, path: Path) -> None:
+        """Load ``path`` as ``name``; a name already loaded counts as success."""
+        response = await self._request("POST", "/v1/load_lora_adapter",
+                                       json={"lora_name": name, "lora_path": str(path)})
+        if response.status_code == 200:
+            return
+        message = _error_message(response)
+        if response.status_code == 400 and _ALREADY_LOADED in message:
+            return
+        self._raise(response, message, f"loading {name} from {path}", name)
+
+    async def unload(self, name: str) -> None:
+        """Unload ``name``; a name vLLM does not know counts as success."""
+        response = await self._request("POST", "/v1/unload_lora_adapter",
+                                       json={"lora_name": name})
+        if response.status_code in (200, 404):
+            return
+        self._raise(response, _error_message(response), f"unloading {name}", name)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self._http.request(method, url, **kwargs)
+        except httpx.HTTPError as exc:
+            raise VllmUnavailable(f"vLLM at {self.base_url} unreachable: "
+                                  f"{type(exc).__name__}: {exc}",
+                                  detail={"url": self.base_url}) from exc
+
+    @staticmethod
+    def _raise(response: httpx.Response, message: str, what: str, name: str) -> None:
+        detail = {"status": response.status_code, "name": name}
+        if response.status_code in _UNAVAILABLE_STATUSES:
+            raise VllmUnavailable(f"vLLM unavailable while {what}: {message}", detail=detail)
+        raise VllmRefused(message, detail=detail)

@@ -1,0 +1,1 @@
+"""The ``loraplane`` command line: a client of the registry's REST API, and its launcher."""

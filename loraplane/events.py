@@ -1,0 +1,168 @@
+"""The event and snapshot schema shared by the registry and the agents.
+
+Both sides import this module, so it imports nothing but pydantic and the standard
+library. Events are hints: an agent acts on them, but its reconcile loop re-reads the
+desired state, so a late, duplicated or out-of-order event changes nothing wrong.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+STREAM_NAME = "LORAPLANE"
+SUBJECT_PREFIX = "loraplane.events"
+STREAM_SUBJECTS = f"{SUBJECT_PREFIX}.>"
+
+
+def subject_for(tenant: str, adapter: str) -> str:
+    return f"{SUBJECT_PREFIX}.{tenant}.{adapter}"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class FileRef(_Frozen):
+    name: str
+    size: int
+    sha256: str
+    # Path on the registry, e.g. /v1/adapters/a/versions/3/files/adapter_config.json.
+    url: str
+
+
+class VersionRef(_Frozen):
+    """Everything an agent needs to fetch, verify and load one version."""
+
+    adapter: str
+    version: int
+    digest: str
+    base_model: str
+    rank: int
+    alpha: float
+    target_modules: list[str]
+    files: list[FileRef]
+
+
+class _EventBase(_Frozen):
+    event_id: str
+    seq: int
+    time: datetime
+    tenant: str
+    adapter: str
+
+
+AliasAction = Literal["publish", "promote", "rollback", "delete", "adapter_deleted"]
+
+
+class AdapterUpdated(_EventBase):
+    """An alias moved. ``target`` is None when the alias was removed."""
+
+    type: Literal["adapter_updated"] = "adapter_updated"
+    alias: str
+    revision: int
+    action: AliasAction
+    base_model: str
+    version: int | None
+    previous_version: int | None
+    digest: str | None
+    rank: int | None
+    files: list[FileRef]
+    target: VersionRef | None
+
+
+class VersionPublished(_EventBase):
+    type: Literal["version_published"] = "version_published"
+    base_model: str
+    target: VersionRef
+
+
+class AdapterDeleted(_EventBase):
+    type: Literal["adapter_deleted"] = "adapter_deleted"
+    base_model: str
+
+
+RouteKind = Literal["customer", "task", "default"]
+
+
+class RouteRule(_Frozen):
+    kind: RouteKind
+    key: str
+    adapter: str
+    alias: str
+    tenant: str
+    base_model: str
+
+
+class RouteChanged(_EventBase):
+    """A routing rule changed; ``rule`` is None when it was removed."""
+
+    type: Literal["route_changed"] = "route_changed"
+    kind: RouteKind
+    key: str
+    rule: RouteRule | None
+
+
+Event = Annotated[
+    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(raw: bytes | str) -> Event:
+    return EVENT_ADAPTER.validate_json(raw)
+
+
+class DesiredAlias(_Frozen):
+    alias: str
+    revision: int
+    target: VersionRef
+
+
+class DesiredAdapter(_Frozen):
+    tenant: str
+    name: str
+    base_model: str
+    aliases: list[DesiredAlias]
+
+
+class DesiredState(_Frozen):
+    """The registry's snapshot for one base model.
+
+    ``stream_seq`` is the JetStream sequence this snapshot reflects: every event with a
+    higher sequence may be newer than the snapshot, so an agent subscribes from
+    ``stream_seq + 1``.
+    """
+
+    base_model: str
+    stream: str = STREAM_NAME
+    stream_seq: int
+    event_seq: int
+    adapters: list[DesiredAdapter]
+    routes: list[RouteRule]
+
+
+ServeState = Literal["serving", "loading", "failed", "draining"]
+
+
+class ServedVersion(_Frozen):
+    adapter: str
+    alias: str | None
+    version: int
+    state: ServeState
+    reason: str | None = None
+    code: str | None = None
+
+
+class AgentStatus(_Frozen):
+    """What one agent reports: what it serves and what failed, with reasons."""
+
+    agent_id: str
+    base_model: str
+    time: datetime
+    served: list[ServedVersion]
+    loaded: list[str] = Field(default_factory=list)
+    failures: list[ServedVersion] = Field(default_factory=list)

@@ -1,0 +1,52 @@
+"""Names shared by the registry and the agent.
+
+Adapter and alias names are slugs, so they are safe in URLs, NATS subjects and
+vLLM model names. Inside vLLM every version gets its own name, ``adapter@7``, and a
+name is never reloaded with different weights.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
+_SLUG = re.compile(SLUG_PATTERN)
+DEFAULT_ALIAS = "live"
+
+
+def is_slug(value: str) -> bool:
+    return bool(_SLUG.match(value))
+
+
+def versioned_name(adapter: str, version: int) -> str:
+    return f"{adapter}@{version}"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRef:
+    """What a client asked for in ``model``: an adapter and an alias or a version."""
+
+    adapter: str
+    alias: str | None = None
+    version: int | None = None
+
+    @property
+    def selector(self) -> str:
+        if self.version is not None:
+            return str(self.version)
+        return self.alias or DEFAULT_ALIAS
+
+
+def parse_model_ref(model: str) -> ModelRef | None:
+    """Parse ``name``, ``name@alias`` or ``name@<version>``; None if it is no adapter ref."""
+    name, sep, selector = model.partition("@")
+    if not is_slug(name) or (sep and not selector):
+        return None
+    if not sep:
+        return ModelRef(adapter=name, alias=DEFAULT_ALIAS)
+    if selector.isdigit():
+        return ModelRef(adapter=name, version=int(selector))
+    if is_slug(selector):
+        return ModelRef(adapter=name, alias=selector)
+    return None

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from registry_service.adapters import service
+from registry_service.adapters.schemas import AdapterCreate, AdapterOut, AdapterPage
+from registry_service.deps import PrincipalDep, SessionDep
+
+router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def create_adapter(body: AdapterCreate, session: SessionDep,
+                         principal: PrincipalDep) -> AdapterOut:
+    return await service.create_adapter(session, principal, body)
+
+
+@router.get("")
+async def list_adapters(
+    session: SessionDep, principal: PrincipalDep,
+    tenant: str | None = None, base_model: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100, cursor: str | None = None,
+) -> AdapterPage:
+    return await service.list_adapters(session, principal, tenant=tenant,
+                                       base_model=base_model, limit=limit, cursor=cursor)
+
+
+@router.get("/{name}")
+async def get_adapter(name: str, session: SessionDep, principal: PrincipalDep) -> AdapterOut:
+    return await service.show_adapter(session, principal, name)
+
+
+@router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_adapter(name: str, session: SessionDep, principal: PrincipalDep) -> Response:
+    await service.delete_adapter(session, principal, name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,147 @@
+"""Use cases of adapters: create, list, show, delete."""
+
+from __future__ import annotations
+
+import base64
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from registry_service.adapters.lookup import get_visible_adapter
+from registry_service.adapters.models import Adapter
+from registry_service.adapters.schemas import AdapterCreate, AdapterOut, AdapterPage, AliasOut
+from registry_service.aliases.models import Alias
+from registry_service.aliases.service import move_alias_locked
+from registry_service.auth.roles import Principal, Role
+from registry_service.db.base import utcnow
+from registry_service.errors import BadRequest, Conflict, Forbidden
+from registry_service.events.service import record_event
+from registry_service.routing.models import RouteRuleRow
+from registry_service.tenants.models import Tenant
+from registry_service.tenants.service import get_or_create_tenant
+from registry_service.versions.models import Version
+
+
+def _target_tenant(principal: Principal, requested: str | None) -> str:
+    if principal.is_global:
+        if requested is None:
+            raise BadRequest("a global token must name the tenant", code="tenant_required")
+        return requested
+    if requested not in (None, principal.tenant):
+        raise Forbidden("the token may not create adapters in another tenant",
+                        code="tenant_forbidden", detail={"tenant": requested})
+    assert principal.tenant is not None
+    return principal.tenant
+
+
+async def create_adapter(
+    session: AsyncSession, principal: Principal, data: AdapterCreate
+) -> AdapterOut:
+    principal.require(Role.PUBLISHER)
+    tenant = await get_or_create_tenant(session, _target_tenant(principal, data.tenant))
+    existing = await session.scalar(select(Adapter).where(Adapter.name == data.name))
+    if existing is not None:
+        raise _name_taken(existing)
+    adapter = Adapter(name=data.name, tenant=tenant, tenant_id=tenant.id,
+                      base_model=data.base_model, description=data.description)
+    session.add(adapter)
+    try:
+        await session.commit()
+    except IntegrityError as exc:
+        await session.rollback()
+        raise Conflict(f"adapter {data.name!r} already exists", code="adapter_exists",
+                       detail={"adapter": data.name}) from exc
+    return await _out(session, adapter)
+
+
+def _name_taken(existing: Adapter) -> Conflict:
+    if existing.deleted_at is not None:
+        return Conflict(f"adapter name {existing.name!r} belonged to a deleted adapter and "
+                        "is retired", code="adapter_name_retired",
+                        detail={"adapter": existing.name})
+    return Conflict(f"adapter {existing.name!r} already exists", code="adapter_exists",
+                    detail={"adapter": existing.name})
+
+
+async def _out(session: AsyncSession, adapter: Adapter, *, aliases: bool = False) -> AdapterOut:
+    alias_out: list[AliasOut] = []
+    if aliases:
+        rows = await session.execute(
+            select(Alias, Version.number)
+            .outerjoin(Version, Version.id == Alias.version_id)
+            .where(Alias.adapter_id == adapter.id, Alias.version_id.is_not(None))
+            .order_by(Alias.name)
+        )
+        alias_out = [AliasOut(alias=a.name, version=num, revision=a.revision,
+                              updated_at=a.updated_at) for a, num in rows]
+    return AdapterOut(
+        name=adapter.name, tenant=adapter.tenant.name, base_model=adapter.base_model,
+        description=adapter.description, latest_version=adapter.last_version or None,
+        created_at=adapter.created_at, aliases=alias_out,
+    )
+
+
+async def show_adapter(session: AsyncSession, principal: Principal, name: str) -> AdapterOut:
+    principal.require(Role.READER)
+    adapter = await get_visible_adapter(session, principal, name)
+    return await _out(session, adapter, aliases=True)
+
+
+def _encode_cursor(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(cursor.encode()).decode()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("the cursor is not valid", code="invalid_cursor") from exc
+
+
+async def list_adapters(
+    session: AsyncSession, principal: Principal, *, tenant: str | None,
+    base_model: str | None, limit: int, cursor: str | None,
+) -> AdapterPage:
+    principal.require(Role.READER)
+    query = select(Adapter).join(Tenant).where(Adapter.deleted_at.is_(None))
+    if not principal.is_global:
+        query = query.where(Adapter.tenant_id == principal.tenant_id)
+    if tenant is not None:
+        query = query.where(Tenant.name == tenant)
+    if base_model is not None:
+        query = query.where(Adapter.base_model == base_model)
+    if cursor is not None:
+        query = query.where(Adapter.name > _decode_cursor(cursor))
+    rows = list(await session.scalars(query.order_by(Adapter.name).limit(limit + 1)))
+    page = [await _out(session, a) for a in rows[:limit]]
+    next_cursor = _encode_cursor(rows[limit - 1].name) if len(rows) > limit else None
+    return AdapterPage(adapters=page, next_cursor=next_cursor)
+
+
+async def delete_adapter(session: AsyncSession, principal: Principal, name: str) -> None:
+    """Retire an adapter: every alias is removed (agents unload it) and its routes go."""
+    principal.require(Role.ADMIN)
+    adapter = await get_visible_adapter(session, principal, name, for_update=True)
+    aliases = await session.scalars(
+        select(Alias).where(Alias.adapter_id == adapter.id, Alias.version_id.is_not(None))
+        .with_for_update()
+    )
+    for alias in list(aliases):
+        await move_alias_locked(session, adapter, alias, None, action="adapter_deleted",
+                                actor=principal.name)
+    await _drop_routes(session, adapter, principal.name)
+    adapter.deleted_at = utcnow()
+    record_event(session, type="adapter_deleted", tenant=adapter.tenant.name,
+                 adapter=adapter.name, actor=principal.name,
+                 body={"base_model": adapter.base_model})
+    await session.commit()
+
+
+async def _drop_routes(session: AsyncSession, adapter: Adapter, actor: str) -> None:
+    rules = await session.scalars(select(RouteRuleRow).where(RouteRuleRow.adapter_id == adapter.id))
+    for rule in list(rules):
+        record_event(session, type="route_changed", tenant=adapter.tenant.name,
+                     adapter=adapter.name, actor=actor,
+                     body={"kind": rule.kind, "key": rule.key, "rule": None})
+        await session.delete(rule)

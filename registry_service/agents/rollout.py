@@ -1,0 +1,97 @@
+"""Grouping agent reports into the rollout of one adapter, alias by alias (pure logic)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from loraplane.events import AgentStatus
+from registry_service.agents.schemas import AliasRollout, RolloutEntry
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    agent_id: str
+    base_model: str
+    stale: bool
+    status: AgentStatus
+
+
+@dataclass(frozen=True, slots=True)
+class AliasTarget:
+    alias: str
+    version: int | None
+    revision: int
+
+
+def adapter_entries(reports: list[AgentReport], adapter: str) -> list[RolloutEntry]:
+    """Every entry about ``adapter``, each (agent, alias, version, state) once."""
+    seen: set[tuple[str, str | None, int, str]] = set()
+    entries: list[RolloutEntry] = []
+    for entry in _entries(reports, adapter):
+        key = (entry.agent_id, entry.alias, entry.version, entry.state)
+        if key not in seen:
+            seen.add(key)
+            entries.append(entry)
+    return entries
+
+
+def _entries(reports: list[AgentReport], adapter: str) -> Iterator[RolloutEntry]:
+    for report in reports:
+        for served in report.status.served:
+            if served.adapter == adapter:
+                yield RolloutEntry(agent_id=report.agent_id, alias=served.alias,
+                                   version=served.version, state=served.state,
+                                   reason=served.reason, code=served.code, stale=report.stale)
+        for failure in report.status.failures:
+            if failure.adapter == adapter:
+                # Whatever state the agent gave it, a listed failure is a failure.
+                yield RolloutEntry(agent_id=report.agent_id, alias=failure.alias,
+                                   version=failure.version, state="failed",
+                                   reason=failure.reason, code=failure.code, stale=report.stale)
+
+
+def _aliases_of(entry: RolloutEntry, targets: list[AliasTarget]) -> list[str]:
+    names = {t.alias for t in targets}
+    if entry.alias is not None:
+        return [entry.alias] if entry.alias in names else []
+    # An entry without an alias counts for every alias that points at its version.
+    return [t.alias for t in targets if t.version is not None and t.version == entry.version]
+
+
+def group_entries(
+    entries: list[RolloutEntry], targets: list[AliasTarget]
+) -> tuple[dict[str, list[RolloutEntry]], list[RolloutEntry]]:
+    """Entries by alias name, and those tied to no alias the adapter has."""
+    by_alias: dict[str, list[RolloutEntry]] = {t.alias: [] for t in targets}
+    unaliased: list[RolloutEntry] = []
+    for entry in entries:
+        names = _aliases_of(entry, targets)
+        for name in names:
+            by_alias[name].append(entry)
+        if not names:
+            unaliased.append(entry)
+    return by_alias, unaliased
+
+
+def alias_rollout(
+    target: AliasTarget, entries: list[RolloutEntry], fleet: list[AgentReport]
+) -> AliasRollout:
+    """How far ``target`` got across ``fleet`` (the agents of the adapter's base model)."""
+    serving = [e for e in entries if e.state != "failed"]
+    failed = [e for e in entries if e.state == "failed"]
+    if target.version is None:
+        pending: list[str] = []
+        # A removed alias has converged once no fresh agent still reports it.
+        converged = not any(not e.stale for e in serving)
+    else:
+        # Only fresh agents of the base model count; others' failures are shown, not owed.
+        fresh = {r.agent_id for r in fleet if not r.stale}
+        done = {e.agent_id for e in serving
+                if e.version == target.version and e.state == "serving"}
+        broken = {e.agent_id for e in failed if e.version == target.version} & fresh
+        pending = [r.agent_id for r in fleet
+                   if r.agent_id in fresh and r.agent_id not in done | broken]
+        converged = not pending and not broken
+    return AliasRollout(alias=target.alias, version=target.version, revision=target.revision,
+                        serving=serving, failed=failed, pending=pending, converged=converged)

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from loraplane.events import AgentStatus
+from registry_service.agents import service
+from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
+from registry_service.deps import PrincipalDep, SessionDep
+
+router = APIRouter(tags=["agents"])
+
+AgentId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$")]
+StaleAfter = Annotated[float, Query(gt=0, le=7 * 24 * 3600,
+                                    description="seconds without a report before an agent "
+                                                "counts as stale")]
+
+
+@router.post("/v1/agents/{agent_id}/status")
+async def report_status(agent_id: AgentId, body: AgentStatus, session: SessionDep,
+                        principal: PrincipalDep) -> AgentOut:
+    return await service.report_status(session, principal, agent_id, body)
+
+
+@router.get("/v1/agents")
+async def list_agents(session: SessionDep, principal: PrincipalDep,
+                      stale_after_s: StaleAfter = service.DEFAULT_STALE_AFTER_S,
+                      base_model: str | None = None) -> AgentList:
+    return await service.list_agents(session, principal, stale_after_s=stale_after_s,
+                                     base_model=base_model)
+
+
+@router.get("/v1/adapters/{name}/rollout")
+async def adapter_rollout(name: str, session: SessionDep, principal: PrincipalDep,
+                          stale_after_s: StaleAfter = service.DEFAULT_STALE_AFTER_S
+                          ) -> RolloutOut:
+    return await service.adapter_rollout(session, principal, name, stale_after_s=stale_after_s)

@@ -1,0 +1,201 @@
+"""The fleet: agents report what they serve; operators read the fleet and rollouts.
+
+An agent's report replaces its previous one. Tenant-scoped readers see every agent
+(hosts are shared) but only the entries about their own tenant's adapters.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from loraplane.events import AgentStatus
+from registry_service.adapters.models import Adapter
+from registry_service.agents.models import AgentRow
+from registry_service.agents.rollout import (
+    AgentReport,
+    AliasTarget,
+    adapter_entries,
+    alias_rollout,
+    group_entries,
+)
+from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
+from registry_service.aliases.models import Alias
+from registry_service.auth.roles import Principal, Role
+from registry_service.db.base import utcnow
+from registry_service.errors import InvalidInput, NotFound
+from registry_service.versions.models import Version
+
+# Agents report every 30 s; three missed reports make an agent stale.
+HEARTBEAT_INTERVAL_S = 30.0
+DEFAULT_STALE_AFTER_S = 3 * HEARTBEAT_INTERVAL_S
+MAX_STATUS_ENTRIES = 10_000
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _check_report(agent_id: str, status: AgentStatus) -> None:
+    if status.agent_id != agent_id:
+        raise InvalidInput("agent_id in the body does not match the path",
+                           code="agent_id_mismatch",
+                           detail={"path": agent_id, "body": status.agent_id[:300]})
+    if not 0 < len(status.base_model) <= 255:
+        raise InvalidInput("base_model must be 1-255 characters", code="invalid_base_model")
+    entries = len(status.served) + len(status.failures) + len(status.loaded)
+    if entries > MAX_STATUS_ENTRIES:
+        raise InvalidInput(f"a status may list at most {MAX_STATUS_ENTRIES} entries",
+                           code="status_too_large", detail={"entries": entries})
+
+
+def _apply(row: AgentRow, status: AgentStatus) -> None:
+    stored = AgentStatus.model_validate(row.status)
+    # Retried requests can arrive out of order; an older report never replaces a newer.
+    if _utc(status.time) >= _utc(stored.time):
+        row.base_model = status.base_model
+        row.status = status.model_dump(mode="json")
+
+
+async def upsert_agent_status(session: AsyncSession, status: AgentStatus) -> AgentRow:
+    """Store a report and mark the agent seen now; the caller commits.
+
+    Also the entry point for reports that arrive some other way than HTTP.
+    """
+    row = await session.get(AgentRow, status.agent_id, with_for_update=True)
+    if row is not None:
+        _apply(row, status)
+    else:
+        row = await _insert_agent(session, status)
+    row.last_seen_at = utcnow()
+    return row
+
+
+async def _insert_agent(session: AsyncSession, status: AgentStatus) -> AgentRow:
+    try:
+        async with session.begin_nested():
+            row = AgentRow(agent_id=status.agent_id, base_model=status.base_model,
+                           status=status.model_dump(mode="json"))
+            session.add(row)
+        return row
+    except IntegrityError:
+        # Its first two reports raced; the other one inserted the row.
+        existing = await session.get(AgentRow, status.agent_id, with_for_update=True,
+                                     populate_existing=True)
+        if existing is None:
+            raise
+        _apply(existing, status)
+        return existing
+
+
+async def report_status(
+    session: AsyncSession, principal: Principal, agent_id: str, status: AgentStatus
+) -> AgentOut:
+    principal.require(Role.AGENT)
+    _check_report(agent_id, status)
+    row = await upsert_agent_status(session, status)
+    await session.commit()
+    return _out(row, AgentStatus.model_validate(row.status), now=row.last_seen_at,
+                stale_after_s=DEFAULT_STALE_AFTER_S)
+
+
+def _out(row: AgentRow, status: AgentStatus, *, now: datetime,
+         stale_after_s: float) -> AgentOut:
+    age = max(0.0, (now - row.last_seen_at).total_seconds())
+    return AgentOut(agent_id=row.agent_id, base_model=row.base_model,
+                    first_seen_at=row.first_seen_at, last_seen_at=row.last_seen_at,
+                    seconds_since_seen=age, stale=age > stale_after_s, status=status)
+
+
+async def _visible_adapters(session: AsyncSession, principal: Principal) -> set[str] | None:
+    """Names of the adapters whose entries the principal may see; None means all."""
+    if principal.is_global:
+        return None
+    names = await session.scalars(
+        select(Adapter.name).where(Adapter.tenant_id == principal.tenant_id))
+    return set(names)
+
+
+def _filtered(status: AgentStatus, visible: set[str] | None) -> AgentStatus:
+    if visible is None:
+        return status
+    return status.model_copy(update={
+        "served": [s for s in status.served if s.adapter in visible],
+        "failures": [f for f in status.failures if f.adapter in visible],
+        # vLLM names are ``adapter@version``.
+        "loaded": [n for n in status.loaded if n.partition("@")[0] in visible],
+    })
+
+
+async def list_agents(
+    session: AsyncSession, principal: Principal, *, stale_after_s: float = DEFAULT_STALE_AFTER_S,
+    base_model: str | None = None,
+) -> AgentList:
+    principal.require(Role.READER)
+    query = select(AgentRow).order_by(AgentRow.agent_id)
+    if base_model is not None:
+        query = query.where(AgentRow.base_model == base_model)
+    rows = list(await session.scalars(query))
+    visible = await _visible_adapters(session, principal)
+    now = utcnow()
+    agents = [
+        _out(row, _filtered(AgentStatus.model_validate(row.status), visible), now=now,
+             stale_after_s=stale_after_s)
+        for row in rows
+    ]
+    return AgentList(stale_after_s=stale_after_s, agents=agents)
+
+
+async def _rollout_adapter(session: AsyncSession, principal: Principal, name: str) -> Adapter:
+    # A deleted adapter still has a rollout: the agents draining it.
+    adapter = await session.scalar(select(Adapter).where(Adapter.name == name))
+    if adapter is None or not principal.can_see(adapter.tenant_id):
+        raise NotFound(f"adapter {name!r} not found", code="adapter_not_found",
+                       detail={"adapter": name})
+    return adapter
+
+
+async def _alias_targets(session: AsyncSession, adapter: Adapter) -> list[AliasTarget]:
+    rows = await session.execute(
+        select(Alias.name, Alias.revision, Version.number)
+        .outerjoin(Version, Version.id == Alias.version_id)
+        .where(Alias.adapter_id == adapter.id).order_by(Alias.name)
+    )
+    return [AliasTarget(alias=a, version=v, revision=r) for a, r, v in rows]
+
+
+async def _reports(session: AsyncSession, stale_after_s: float) -> list[AgentReport]:
+    now = utcnow()
+    rows = await session.scalars(select(AgentRow).order_by(AgentRow.agent_id))
+    return [
+        AgentReport(agent_id=row.agent_id, base_model=row.base_model,
+                    stale=(now - row.last_seen_at).total_seconds() > stale_after_s,
+                    status=AgentStatus.model_validate(row.status))
+        for row in rows
+    ]
+
+
+async def adapter_rollout(
+    session: AsyncSession, principal: Principal, name: str, *,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S,
+) -> RolloutOut:
+    """For each alias of the adapter: who serves which version, who failed and why."""
+    principal.require(Role.READER)
+    adapter = await _rollout_adapter(session, principal, name)
+    targets = await _alias_targets(session, adapter)
+    reports = await _reports(session, stale_after_s)
+    by_alias, unaliased = group_entries(adapter_entries(reports, adapter.name), targets)
+    fleet = [r for r in reports if r.base_model == adapter.base_model]
+    aliases = [
+        alias_rollout(t, by_alias[t.alias], fleet) for t in targets
+        # A removed alias is shown only while some agent still reports it.
+        if t.version is not None or by_alias[t.alias]
+    ]
+    return RolloutOut(
+        adapter=adapter.name, tenant=adapter.tenant.name, base_model=adapter.base_model,
+        deleted=adapter.deleted_at is not None, stale_after_s=stale_after_s,
+        agents=sum(1 for r in fleet if not r.stale), aliases=aliases, unaliased=unaliased,
+    )

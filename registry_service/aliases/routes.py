@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from registry_service.aliases import service
+from registry_service.aliases.schemas import (
+    AliasHistory,
+    AliasMoveRequest,
+    AliasState,
+    RollbackRequest,
+)
+from registry_service.deps import PrincipalDep, SessionDep
+
+router = APIRouter(prefix="/v1/adapters/{name}/aliases", tags=["aliases"])
+
+
+@router.put("/{alias}")
+async def put_alias(name: str, alias: str, body: AliasMoveRequest, session: SessionDep,
+                    principal: PrincipalDep) -> AliasState:
+    return await service.promote(session, principal, name, alias, body.version,
+                                 body.expected_revision)
+
+
+@router.delete("/{alias}")
+async def delete_alias(name: str, alias: str, session: SessionDep,
+                       principal: PrincipalDep) -> AliasState:
+    return await service.remove_alias(session, principal, name, alias)
+
+
+@router.post("/{alias}/rollback")
+async def rollback_alias(name: str, alias: str, session: SessionDep, principal: PrincipalDep,
+                         body: RollbackRequest | None = None) -> AliasState:
+    expected = body.expected_revision if body else None
+    return await service.rollback(session, principal, name, alias, expected)
+
+
+@router.get("/{alias}/history")
+async def get_history(name: str, alias: str, session: SessionDep, principal: PrincipalDep,
+                      limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> AliasHistory:
+    return await service.alias_history(session, principal, name, alias, limit)

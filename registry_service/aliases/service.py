@@ -1,0 +1,190 @@
+"""Alias moves: promote, rollback, delete, and the moves a push makes.
+
+Every move bumps the alias's revision, is recorded in ``alias_moves`` and writes an
+``adapter_updated`` event in the same transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from loraplane.naming import is_slug
+from registry_service.adapters.lookup import get_visible_adapter
+from registry_service.adapters.models import Adapter
+from registry_service.aliases.models import Alias, AliasMove
+from registry_service.aliases.schemas import AliasHistory, AliasMoveOut, AliasState
+from registry_service.auth.roles import Principal, Role
+from registry_service.db.base import utcnow
+from registry_service.errors import Conflict, InvalidInput, NotFound
+from registry_service.events.service import record_event
+from registry_service.versions.models import Version
+from registry_service.versions.refs import version_ref
+
+
+def check_alias_name(name: str) -> None:
+    if not is_slug(name) or name.isdigit():
+        raise InvalidInput(f"alias {name!r} must be a slug that is not a number",
+                           code="invalid_alias", detail={"alias": name})
+
+
+async def lock_alias(session: AsyncSession, adapter: Adapter, name: str) -> Alias:
+    """The alias row, locked for this transaction; created (pointing nowhere) if new."""
+    check_alias_name(name)
+    query = select(Alias).where(Alias.adapter_id == adapter.id, Alias.name == name)
+    alias = await session.scalar(query.with_for_update())
+    if alias is not None:
+        return alias
+    try:
+        async with session.begin_nested():
+            alias = Alias(adapter_id=adapter.id, name=name, version_id=None, revision=0)
+            session.add(alias)
+    except IntegrityError:
+        alias = await session.scalar(query.with_for_update())
+        if alias is None:
+            raise
+    return alias
+
+
+async def get_version(session: AsyncSession, adapter: Adapter, number: int) -> Version:
+    version = await session.scalar(
+        select(Version).where(Version.adapter_id == adapter.id, Version.number == number)
+    )
+    if version is None:
+        raise NotFound(f"version {number} of {adapter.name!r} not found",
+                       code="version_not_found",
+                       detail={"adapter": adapter.name, "version": number})
+    return version
+
+
+async def move_alias_locked(
+    session: AsyncSession, adapter: Adapter, alias: Alias, target: Version | None, *,
+    action: str, actor: str,
+) -> AliasState:
+    """Point a locked alias at ``target`` (None removes it). Never commits."""
+    previous = await session.get(Version, alias.version_id) if alias.version_id else None
+    state = AliasState(adapter=adapter.name, alias=alias.name,
+                       version=target.number if target else None,
+                       previous_version=previous.number if previous else None,
+                       revision=alias.revision, changed=False)
+    if (target.id if target else None) == alias.version_id:
+        return state
+    alias.version_id = target.id if target else None
+    alias.revision += 1
+    alias.updated_at = utcnow()
+    session.add(AliasMove(alias_id=alias.id, revision=alias.revision, action=action,
+                          from_version_id=previous.id if previous else None,
+                          to_version_id=alias.version_id, actor=actor))
+    _record_move(session, adapter, alias, target, previous, action=action, actor=actor)
+    return state.model_copy(update={"revision": alias.revision, "changed": True})
+
+
+def _record_move(
+    session: AsyncSession, adapter: Adapter, alias: Alias, target: Version | None,
+    previous: Version | None, *, action: str, actor: str,
+) -> None:
+    ref = version_ref(adapter, target) if target else None
+    record_event(session, type="adapter_updated", tenant=adapter.tenant.name,
+                 adapter=adapter.name, actor=actor, body={
+                     "alias": alias.name, "revision": alias.revision, "action": action,
+                     "base_model": adapter.base_model,
+                     "version": target.number if target else None,
+                     "previous_version": previous.number if previous else None,
+                     "digest": target.digest if target else None,
+                     "rank": target.rank if target else None,
+                     "files": [f.model_dump() for f in ref.files] if ref else [],
+                     "target": ref.model_dump() if ref else None,
+                 })
+
+
+def _check_revision(alias: Alias, expected: int | None) -> None:
+    if expected is not None and expected != alias.revision:
+        raise Conflict(
+            f"alias {alias.name!r} is at revision {alias.revision}, not {expected}",
+            code="revision_conflict",
+            detail={"alias": alias.name, "revision": alias.revision, "expected": expected},
+        )
+
+
+async def promote(
+    session: AsyncSession, principal: Principal, name: str, alias_name: str, version: int,
+    expected_revision: int | None,
+) -> AliasState:
+    principal.require(Role.PUBLISHER)
+    adapter = await get_visible_adapter(session, principal, name)
+    target = await get_version(session, adapter, version)
+    alias = await lock_alias(session, adapter, alias_name)
+    _check_revision(alias, expected_revision)
+    state = await move_alias_locked(session, adapter, alias, target, action="promote",
+                                    actor=principal.name)
+    await session.commit()
+    return state
+
+
+async def remove_alias(
+    session: AsyncSession, principal: Principal, name: str, alias_name: str
+) -> AliasState:
+    principal.require(Role.PUBLISHER)
+    adapter = await get_visible_adapter(session, principal, name)
+    alias = await _existing_alias(session, adapter, alias_name)
+    state = await move_alias_locked(session, adapter, alias, None, action="delete",
+                                    actor=principal.name)
+    await session.commit()
+    return state
+
+
+async def _existing_alias(session: AsyncSession, adapter: Adapter, alias_name: str) -> Alias:
+    alias = await session.scalar(
+        select(Alias).where(Alias.adapter_id == adapter.id, Alias.name == alias_name)
+        .with_for_update()
+    )
+    if alias is None or alias.version_id is None:
+        raise NotFound(f"alias {alias_name!r} of {adapter.name!r} not found",
+                       code="alias_not_found", detail={"alias": alias_name})
+    return alias
+
+
+async def rollback(
+    session: AsyncSession, principal: Principal, name: str, alias_name: str,
+    expected_revision: int | None,
+) -> AliasState:
+    """Point the alias back at the version it pointed to before its last move."""
+    principal.require(Role.PUBLISHER)
+    adapter = await get_visible_adapter(session, principal, name)
+    alias = await _existing_alias(session, adapter, alias_name)
+    _check_revision(alias, expected_revision)
+    last = await session.scalar(
+        select(AliasMove).where(AliasMove.alias_id == alias.id)
+        .order_by(AliasMove.revision.desc()).limit(1)
+    )
+    if last is None or last.from_version_id is None:
+        raise Conflict(f"alias {alias_name!r} has no previous version to go back to",
+                       code="no_previous_version", detail={"alias": alias_name})
+    target = await session.get(Version, last.from_version_id)
+    state = await move_alias_locked(session, adapter, alias, target, action="rollback",
+                                    actor=principal.name)
+    await session.commit()
+    return state
+
+
+async def alias_history(
+    session: AsyncSession, principal: Principal, name: str, alias_name: str, limit: int
+) -> AliasHistory:
+    principal.require(Role.READER)
+    adapter = await get_visible_adapter(session, principal, name)
+    from_v, to_v = aliased(Version), aliased(Version)
+    rows = await session.execute(
+        select(AliasMove, from_v.number, to_v.number)
+        .join(Alias, Alias.id == AliasMove.alias_id)
+        .outerjoin(from_v, from_v.id == AliasMove.from_version_id)
+        .outerjoin(to_v, to_v.id == AliasMove.to_version_id)
+        .where(Alias.adapter_id == adapter.id, Alias.name == alias_name)
+        .order_by(AliasMove.revision.desc()).limit(limit)
+    )
+    moves = [AliasMoveOut(revision=m.revision, action=m.action, from_version=f, to_version=t,
+                          actor=m.actor, created_at=m.created_at) for m, f, t in rows]
+    if not moves:
+        await _existing_alias(session, adapter, alias_name)
+    return AliasHistory(adapter=adapter.name, alias=alias_name, moves=moves)

@@ -1,0 +1,47 @@
+"""Liveness, readiness and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy import text
+
+from registry_service.deps import CtxDep
+from registry_service.errors import RegistryError
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(ctx: CtxDep) -> JSONResponse:
+    checks: dict[str, Any] = {}
+    try:
+        async with ctx.db.session() as session:
+            await session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except RegistryError as exc:
+        checks["database"] = exc.code
+    try:
+        await ctx.blobs.check()
+        checks["blob_store"] = "ok"
+    except RegistryError as exc:
+        checks["blob_store"] = exc.code
+    # An unreachable NATS does not stop uploads (the outbox keeps them), so it is
+    # reported but does not make the registry unready.
+    checks["event_bus"] = "ok" if ctx.relay.connected else "disconnected"
+    ready = checks["database"] == "ok" and checks["blob_store"] == "ok"
+    return JSONResponse({"status": "ready" if ready else "unready", "checks": checks},
+                        status_code=200 if ready else 503)
+
+
+@router.get("/metrics")
+async def metrics(ctx: CtxDep) -> Response:
+    return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,76 @@
+"""The registry's FastAPI application and its lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+
+from loraplane import __version__
+from registry_service.adapters.routes import router as adapters_router
+from registry_service.agents.routes import router as agents_router
+from registry_service.aliases.routes import router as aliases_router
+from registry_service.api.errors import install_error_handlers
+from registry_service.api.health import router as health_router
+from registry_service.api.metrics import RegistryMetrics, metrics_middleware
+from registry_service.auth.routes import router as tokens_router
+from registry_service.bootstrap import (
+    build_blobs,
+    prepare_data_dir,
+    prepare_database,
+    start_embedded_nats,
+)
+from registry_service.context import RegistryContext
+from registry_service.desired.routes import router as desired_router
+from registry_service.events.relay import EventRelay
+from registry_service.events.routes import router as events_router
+from registry_service.routing.routes import router as routing_router
+from registry_service.settings import RegistrySettings
+from registry_service.versions.routes import router as versions_router
+
+log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
+    async with AsyncExitStack() as stack:
+        prepare_data_dir(settings)
+        nats = await start_embedded_nats(settings)
+        if nats is not None:
+            stack.push_async_callback(nats.stop_async)
+        db = await prepare_database(settings)
+        stack.push_async_callback(db.close)
+        blobs = build_blobs(settings)
+        stack.push_async_callback(blobs.close)
+        metrics: RegistryMetrics = app.state.metrics
+        nats_url = nats.url if nats is not None else str(settings.nats_url)
+        relay = EventRelay(db, nats_url, settings=settings, metrics=metrics)
+        db.on_outbox_commit(relay.notify)
+        await relay.start()
+        stack.push_async_callback(relay.stop)
+        app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,
+                                        metrics=metrics, embedded_nats=nats)
+        log.info("registry ready (database %s, blobs %s, nats %s)",
+                 db.engine.dialect.name, settings.blob_kind, nats_url)
+        yield
+
+
+def create_app(settings: RegistrySettings | None = None) -> FastAPI:
+    settings = settings or RegistrySettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with _run(app, settings):
+            yield
+
+    app = FastAPI(title="loraplane registry", version=__version__, lifespan=lifespan)
+    app.state.metrics = RegistryMetrics()
+    app.middleware("http")(metrics_middleware(app.state.metrics))
+    install_error_handlers(app)
+    for router in (health_router, adapters_router, versions_router, aliases_router,
+                   routing_router, events_router, desired_router, agents_router,
+                   tokens_router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,140 @@
+"""Tokens: creation (secret shown once), lookup by hash, revocation, bootstrap."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from registry_service.auth.models import ApiToken
+from registry_service.auth.roles import Principal, Role
+from registry_service.db.base import utcnow
+from registry_service.errors import BadRequest, Forbidden, InvalidInput, NotFound, Unauthorized
+from registry_service.tenants.service import get_or_create_tenant
+
+TOKEN_PREFIX = "lp_"
+BOOTSTRAP_NAME = "bootstrap-admin"
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_secret() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedToken:
+    token: ApiToken
+    secret: str
+
+
+def principal_of(token: ApiToken) -> Principal:
+    return Principal(
+        token_id=token.id,
+        name=token.name,
+        role=Role(token.role),
+        tenant_id=token.tenant_id,
+        tenant=token.tenant.name if token.tenant else None,
+    )
+
+
+async def authenticate(session: AsyncSession, secret: str | None) -> Principal:
+    if not secret:
+        raise Unauthorized("a bearer token is required", code="missing_token")
+    row = await session.scalar(
+        select(ApiToken).where(
+            ApiToken.token_hash == hash_token(secret), ApiToken.revoked_at.is_(None)
+        )
+    )
+    if row is None:
+        raise Unauthorized("the token is unknown or revoked", code="invalid_token")
+    return principal_of(row)
+
+
+async def create_token(
+    session: AsyncSession,
+    actor: Principal,
+    *,
+    name: str,
+    role: Role,
+    tenant: str | None,
+    secret: str | None = None,
+) -> CreatedToken:
+    """Create a token and commit; the secret is in the result and nowhere else."""
+    actor.require(Role.ADMIN)
+    _check_new_token(actor, name=name, role=role, tenant=tenant)
+    tenant_row = await get_or_create_tenant(session, tenant) if tenant else None
+    secret = secret or new_secret()
+    token = ApiToken(
+        name=name.strip(),
+        token_hash=hash_token(secret),
+        prefix=secret[: len(TOKEN_PREFIX) + 6],
+        role=role.value,
+        tenant_id=tenant_row.id if tenant_row else None,
+        tenant=tenant_row,
+    )
+    session.add(token)
+    await session.commit()
+    return CreatedToken(token=token, secret=secret)
+
+
+def _check_new_token(actor: Principal, *, name: str, role: Role, tenant: str | None) -> None:
+    if not 0 < len(name.strip()) <= 255:
+        raise InvalidInput("a token name must be 1-255 characters", code="invalid_name",
+                           detail={"field": "name"})
+    if tenant is None and role not in (Role.ADMIN, Role.AGENT):
+        raise BadRequest("only admin and agent tokens may be global; name a tenant",
+                         code="tenant_required")
+    if not actor.is_global and (tenant != actor.tenant or role is Role.AGENT):
+        raise Forbidden("a tenant admin creates tokens for its own tenant only",
+                        code="tenant_forbidden")
+    if tenant is not None and role is Role.AGENT:
+        # Agents serve every tenant's adapters; a tenant-scoped agent token would
+        # still be able to report on them all.
+        raise BadRequest("agent tokens are global; omit the tenant", code="agent_token_global")
+
+
+async def list_tokens(
+    session: AsyncSession, actor: Principal, *, include_revoked: bool = True
+) -> list[ApiToken]:
+    actor.require(Role.ADMIN)
+    query = select(ApiToken).order_by(ApiToken.id)
+    if not include_revoked:
+        query = query.where(ApiToken.revoked_at.is_(None))
+    if not actor.is_global:
+        query = query.where(ApiToken.tenant_id == actor.tenant_id)
+    return list(await session.scalars(query))
+
+
+async def revoke_token(session: AsyncSession, actor: Principal, token_id: int) -> ApiToken:
+    """Revoke and commit; revoking a revoked token changes nothing."""
+    actor.require(Role.ADMIN)
+    token = await session.get(ApiToken, token_id)
+    if token is None or (not actor.is_global and token.tenant_id != actor.tenant_id):
+        raise NotFound(f"token {token_id} not found", code="token_not_found")
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        await session.commit()
+    return token
+
+
+async def ensure_bootstrap_admin(session: AsyncSession, secret: str) -> None:
+    """Make ``secret`` the bootstrap admin token; an older bootstrap secret stops working."""
+    wanted = hash_token(secret)
+    await session.execute(
+        update(ApiToken)
+        .where(ApiToken.name == BOOTSTRAP_NAME, ApiToken.token_hash != wanted,
+               ApiToken.revoked_at.is_(None))
+        .values(revoked_at=utcnow())
+    )
+    existing = await session.scalar(select(ApiToken).where(ApiToken.token_hash == wanted))
+    if existing is None:
+        session.add(ApiToken(name=BOOTSTRAP_NAME, token_hash=wanted,
+                             prefix=secret[: len(TOKEN_PREFIX) + 6], role=Role.ADMIN.value))
+    elif existing.revoked_at is not None:
+        existing.revoked_at = None

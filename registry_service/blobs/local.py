@@ -1,0 +1,161 @@
+"""Blob store in a local directory: the embedded default.
+
+A blob only ever appears under its final name by an atomic rename of a fully written
+and fsynced temporary file in the same directory, so a crash leaves at worst a stray
+``.tmp`` file, never a truncated blob under a real key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import uuid
+from pathlib import Path
+
+from registry_service.blobs.base import (
+    DEFAULT_CHUNK_SIZE,
+    BlobStream,
+    blob_key,
+)
+from registry_service.errors import BlobNotFound, BlobStoreUnavailable
+
+_COPY_BUFFER = 1024 * 1024
+TEMP_SUFFIX = ".tmp"
+
+
+def _unavailable(exc: OSError, op: str, sha256: str | None = None) -> BlobStoreUnavailable:
+    detail: dict[str, object] = {"op": op, "errno": errno.errorcode.get(exc.errno or 0, "")}
+    if sha256 is not None:
+        detail["sha256"] = sha256
+    return BlobStoreUnavailable(f"local blob store failed to {op}: {exc.strerror}", detail=detail)
+
+
+def _fsync_dir(path: Path) -> None:
+    # The rename is only durable once the directory entry itself reaches the disk.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _copy_durably(src: Path, dst: Path) -> int:
+    """Copy src to a new file dst, fsync it, and return the number of bytes written."""
+    written = 0
+    with src.open("rb") as fsrc:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as fdst:
+            while chunk := fsrc.read(_COPY_BUFFER):
+                fdst.write(chunk)
+                written += len(chunk)
+            fdst.flush()
+            os.fsync(fdst.fileno())
+    return written
+
+
+class LocalBlobStore:
+    """Blobs as files under ``root/sha256/<ab>/<cd>/<hex>``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_for(self, sha256: str) -> Path:
+        return self.root / blob_key(sha256)
+
+    async def put_file(self, sha256: str, path: Path, size: int) -> None:
+        final = self.path_for(sha256)
+        await asyncio.to_thread(self._put_sync, sha256, Path(path), size, final)
+
+    def _put_sync(self, sha256: str, src: Path, size: int, final: Path) -> None:
+        actual = src.stat().st_size
+        if actual != size:
+            raise ValueError(f"{src} has {actual} bytes, expected {size}")
+        try:
+            if final.is_file() and final.stat().st_size == size:
+                return
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unavailable(exc, "prepare a blob directory", sha256) from exc
+        # A unique name per writer: two uploads of the same blob may race, and each
+        # must rename only its own complete copy.
+        tmp = final.parent / f".{sha256}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
+        try:
+            written = _copy_durably(src, tmp)
+            if written != size:
+                raise ValueError(f"{src} changed while being stored: {written} bytes, not {size}")
+            os.replace(tmp, final)
+            _fsync_dir(final.parent)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.filename == str(src):
+                raise
+            raise _unavailable(exc, "write a blob", sha256) from exc
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    async def exists(self, sha256: str) -> bool:
+        return await self.size(sha256) is not None
+
+    async def size(self, sha256: str) -> int | None:
+        path = self.path_for(sha256)
+        return await asyncio.to_thread(self._size_sync, sha256, path)
+
+    @staticmethod
+    def _size_sync(sha256: str, path: Path) -> int | None:
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _unavailable(exc, "stat a blob", sha256) from exc
+
+    async def open_stream(self, sha256: str, chunk_size: int = DEFAULT_CHUNK_SIZE) -> BlobStream:
+        path = self.path_for(sha256)
+        # Opened here, not lazily: a missing blob must fail before a response starts,
+        # and an open descriptor keeps reading even if the blob is deleted meanwhile.
+        try:
+            handle = await asyncio.to_thread(path.open, "rb")
+        except FileNotFoundError as exc:
+            raise BlobNotFound("blob not found", detail={"sha256": sha256}) from exc
+        except OSError as exc:
+            raise _unavailable(exc, "open a blob", sha256) from exc
+        size = os.fstat(handle.fileno()).st_size
+
+        def map_error(exc: Exception) -> Exception:
+            if isinstance(exc, OSError):
+                return _unavailable(exc, "read a blob", sha256)
+            return exc
+
+        return BlobStream(
+            handle, sha256=sha256, size=size, chunk_size=chunk_size, map_error=map_error
+        )
+
+    async def presigned_url(self, sha256: str, *, filename: str, expires_s: int) -> str | None:
+        # Local files have no URL of their own: the registry streams them.
+        blob_key(sha256)
+        return None
+
+    async def delete(self, sha256: str) -> None:
+        path = self.path_for(sha256)
+        try:
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+        except OSError as exc:
+            raise _unavailable(exc, "delete a blob", sha256) from exc
+
+    async def check(self) -> None:
+        await asyncio.to_thread(self._check_sync)
+
+    def _check_sync(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # Writing is what uploads need; a read-only mount must fail readiness.
+            probe = self.root / f".check.{uuid.uuid4().hex}{TEMP_SUFFIX}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise _unavailable(exc, f"use {self.root}") from exc
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,83 @@
+"""Start-up steps: data folder, embedded NATS, migrations, bootstrap admin token."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from loraplane.embedded_nats import EmbeddedNats
+from registry_service.auth.service import ensure_bootstrap_admin, new_secret
+from registry_service.blobs.base import BlobStore
+from registry_service.blobs.factory import build_blob_store
+from registry_service.db import migrate
+from registry_service.db.engine import Database
+from registry_service.settings import RegistrySettings
+
+log = logging.getLogger(__name__)
+
+
+def prepare_data_dir(settings: RegistrySettings) -> None:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.staging_dir.mkdir(parents=True, exist_ok=True)
+
+
+def read_or_create_token_file(path: Path) -> str:
+    """The embedded default's admin token: created once, mode 0600, reused after."""
+    if path.exists():
+        return path.read_text().strip()
+    secret = new_secret()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    log.info("created the admin token in %s", path)
+    return secret
+
+
+def bootstrap_secret(settings: RegistrySettings) -> str | None:
+    if settings.admin_token is not None:
+        return settings.admin_token.get_secret_value()
+    if settings.database_url is None:
+        return read_or_create_token_file(settings.admin_token_file)
+    return None
+
+
+async def prepare_database(settings: RegistrySettings) -> Database:
+    db = Database(settings.effective_database_url)
+    try:
+        if settings.should_auto_migrate:
+            await migrate.upgrade(db)
+        else:
+            await migrate.ensure_at_head(db)
+        secret = bootstrap_secret(settings)
+        if secret is not None:
+            async with db.session() as session:
+                await ensure_bootstrap_admin(session, secret)
+                await session.commit()
+    except BaseException:
+        await db.close()
+        raise
+    return db
+
+
+def build_blobs(settings: RegistrySettings) -> BlobStore:
+    if settings.blob_kind == "local":
+        return build_blob_store("local", root=settings.blob_dir)
+    assert settings.s3_bucket is not None
+    access, secret = settings.s3_access_key, settings.s3_secret_key
+    return build_blob_store(
+        "s3", bucket=settings.s3_bucket, endpoint_url=settings.s3_endpoint,
+        presign_endpoint_url=settings.s3_public_endpoint,
+        region=settings.s3_region, path_style=settings.s3_path_style,
+        create_bucket=settings.s3_create_bucket,
+        access_key=access.get_secret_value() if access else None,
+        secret_key=secret.get_secret_value() if secret else None,
+    )
+
+
+async def start_embedded_nats(settings: RegistrySettings) -> EmbeddedNats | None:
+    if not settings.uses_embedded_nats:
+        return None
+    nats = EmbeddedNats(settings.data_dir / "nats", port=settings.embedded_nats_port)
+    await nats.start_async()
+    return nats

@@ -1,0 +1,22 @@
+"""What the running registry holds: settings, database, blob store, relay, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loraplane.embedded_nats import EmbeddedNats
+from registry_service.api.metrics import RegistryMetrics
+from registry_service.blobs.base import BlobStore
+from registry_service.db.engine import Database
+from registry_service.events.relay import EventRelay
+from registry_service.settings import RegistrySettings
+
+
+@dataclass
+class RegistryContext:
+    settings: RegistrySettings
+    db: Database
+    blobs: BlobStore
+    relay: EventRelay
+    metrics: RegistryMetrics
+    embedded_nats: EmbeddedNats | None = None

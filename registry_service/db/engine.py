@@ -1,0 +1,101 @@
+"""Engine and session factory for Postgres (asyncpg) and SQLite (aiosqlite)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from registry_service.errors import Unavailable
+
+
+def _sqlite_pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    # Let SQLAlchemy's "begin" hook issue BEGIN itself (pysqlite's own handling is off).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _sqlite_begin_immediate(conn: Any) -> None:
+    # SQLite upgrades a read lock to a write lock lazily and fails with "database is
+    # locked" when two writers race; taking the write lock at BEGIN serialises them.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    if url.startswith("sqlite"):
+        engine = create_async_engine(
+            url, echo=echo, connect_args={"timeout": 30}
+        )
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
+        return engine
+    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10)
+
+
+# Set in ``session.info`` by whoever adds an outbox row; read after the commit.
+OUTBOX_FLAG = "outbox_dirty"
+
+
+class Database:
+    """Owns the engine; hands out one session (one transaction) per use case."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_engine(url)
+        # A class of its own, so the commit hook sees only this database's sessions.
+        session_class: type[Session] = type("RegistrySession", (Session,), {})
+        self.sessions = async_sessionmaker(
+            self.engine, expire_on_commit=False, sync_session_class=session_class
+        )
+        self._outbox_listeners: list[Callable[[], None]] = []
+        event.listen(session_class, "after_commit", self._after_commit)
+        event.listen(session_class, "after_soft_rollback", self._after_rollback)
+
+    def on_outbox_commit(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each commit that wrote outbox rows (wakes the relay)."""
+        self._outbox_listeners.append(listener)
+
+    def _after_commit(self, session: Session) -> None:
+        if session.info.pop(OUTBOX_FLAG, False):
+            for listener in self._outbox_listeners:
+                listener()
+
+    def _after_rollback(self, session: Session, _previous: object) -> None:
+        session.info.pop(OUTBOX_FLAG, None)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        try:
+            async with self.sessions() as session:
+                yield session
+        except (OperationalError, ConnectionError, OSError) as exc:
+            raise Unavailable("the database cannot be reached", code="database_unavailable",
+                              detail={"reason": str(exc)[:300]}) from exc
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise Unavailable("the database connection was lost",
+                                  code="database_unavailable") from exc
+            raise
+
+    async def close(self) -> None:
+        await self.engine.dispose()

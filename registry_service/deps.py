@@ -1,0 +1,58 @@
+"""FastAPI dependencies: context, one session per request, the authenticated principal."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from registry_service.auth.roles import Principal
+from registry_service.auth.service import authenticate
+from registry_service.blobs.base import BlobStore
+from registry_service.context import RegistryContext
+from registry_service.settings import RegistrySettings
+
+
+def get_ctx(request: Request) -> RegistryContext:
+    ctx: RegistryContext = request.app.state.ctx
+    return ctx
+
+
+CtxDep = Annotated[RegistryContext, Depends(get_ctx)]
+
+
+async def get_session(ctx: CtxDep) -> AsyncIterator[AsyncSession]:
+    async with ctx.db.session() as session:
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+async def get_principal(
+    ctx: CtxDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    # Its own short session: authentication is not part of the use case's transaction.
+    async with ctx.db.session() as session:
+        return await authenticate(session, credentials.credentials if credentials else None)
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def get_blobs(ctx: CtxDep) -> BlobStore:
+    return ctx.blobs
+
+
+def get_settings(ctx: CtxDep) -> RegistrySettings:
+    return ctx.settings
+
+
+BlobsDep = Annotated[BlobStore, Depends(get_blobs)]
+SettingsDep = Annotated[RegistrySettings, Depends(get_settings)]

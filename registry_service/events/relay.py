@@ -1,0 +1,221 @@
+"""The outbox relay: publishes committed event rows to JetStream, exactly once per row.
+
+Rows are written by the use cases inside their own transactions (``record_event``),
+so a rolled-back transaction leaves nothing to publish and a committed one leaves a
+row that stays ``published_at IS NULL`` until JetStream has acked it. If the relay
+dies between the ack and its commit, the row is published again with the same
+``Nats-Msg-Id`` and the stream's duplicate window drops the copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Sequence
+from contextlib import suppress
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from registry_service.api.metrics import RegistryMetrics
+from registry_service.db.base import utcnow
+from registry_service.db.engine import Database
+from registry_service.errors import EventBusUnavailable, RegistryError
+from registry_service.events.bus import EventBus
+from registry_service.events.models import EventRow
+from registry_service.events.service import event_json
+from registry_service.settings import RegistrySettings
+
+log = logging.getLogger(__name__)
+
+
+def encode_event(row: EventRow) -> bytes:
+    return json.dumps(event_json(row), separators=(",", ":")).encode()
+
+
+class EventRelay:
+    """Owns one background task that drains the outbox into JetStream."""
+
+    backoff_base_s = 0.25
+    backoff_cap_s = 10.0
+    # Failures are logged once, then every so often, not once per retry.
+    log_every = 30
+
+    def __init__(
+        self, db: Database, nats_url: str, *, settings: RegistrySettings,
+        metrics: RegistryMetrics,
+    ) -> None:
+        self._db = db
+        self._url = nats_url
+        self._settings = settings
+        self._metrics = metrics
+        self._bus: EventBus | None = None
+        self._stream_ready = False
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._failures = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._bus is not None and self._bus.is_connected
+
+    async def start(self) -> None:
+        """Start the loop; it connects in the background, so NATS may be down now."""
+        if self._task is not None:
+            raise RuntimeError("the event relay is already running")
+        self._loop = asyncio.get_running_loop()
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run(), name="event-relay")
+
+    def notify(self) -> None:
+        """Wake the loop now (called right after a commit that wrote outbox rows)."""
+        loop = self._loop
+        if loop is None or self._stopping.is_set():
+            return
+        try:
+            same_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            same_loop = False
+        if same_loop:
+            self._wake.set()
+            return
+        # A commit on another thread; a loop that has closed has no relay left to wake.
+        with suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._wake.set)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Take no new batch, let the one in flight finish within ``grace_s``, then cancel.
+
+        A cancelled batch rolls back; its rows are published again later and JetStream
+        drops the duplicates.
+        """
+        self._stopping.set()
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            _done, pending = await asyncio.wait({task}, timeout=grace_s)
+            if pending:
+                log.warning("the event relay did not finish within %.1fs; cancelling", grace_s)
+                task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                # Swallow the relay task's cancellation, never one aimed at our caller.
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+        if self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            # Cleared before the pass: a commit during the pass triggers one more.
+            self._wake.clear()
+            try:
+                more = await self._pass()
+            except RegistryError as exc:
+                self._failed(exc)
+                await self._backoff()
+                continue
+            except Exception as exc:
+                log.exception("event relay pass failed")
+                self._failed(exc)
+                await self._backoff()
+                continue
+            self._recovered()
+            if not more:
+                await self._idle()
+
+    async def _pass(self) -> bool:
+        """Publish one batch; True when a full batch went out (more may be waiting)."""
+        bus = await self._ready_bus()
+        async with self._db.session() as session:
+            rows = await self._claim(session)
+            published, failure = await self._publish_rows(bus, rows)
+            pending = await self._count_pending(session)
+            # Partial progress is kept: rows acked before a failure stay published.
+            await session.commit()
+        self._metrics.events_published.inc(published)
+        self._metrics.outbox_pending.set(pending)
+        if failure is not None:
+            raise failure
+        return len(rows) == self._settings.relay_batch_size
+
+    async def _ready_bus(self) -> EventBus:
+        if self._bus is not None and self._bus.is_closed:
+            self._bus = None
+        if self._bus is None:
+            bus = EventBus(self._url)
+            await bus.connect()
+            self._bus, self._stream_ready = bus, False
+        if not self._stream_ready:
+            await self._bus.ensure_stream()
+            self._stream_ready = True
+        return self._bus
+
+    async def _claim(self, session: AsyncSession) -> Sequence[EventRow]:
+        query = (
+            select(EventRow)
+            .where(EventRow.published_at.is_(None))
+            .order_by(EventRow.seq)
+            .limit(self._settings.relay_batch_size)
+        )
+        if self._db.is_postgres:
+            # Rows another replica holds are skipped, not waited for: each row is
+            # published by exactly one relay. SQLite needs nothing: every transaction
+            # there starts with BEGIN IMMEDIATE, so relays take turns.
+            query = query.with_for_update(skip_locked=True)
+        return list(await session.scalars(query))
+
+    async def _publish_rows(
+        self, bus: EventBus, rows: Sequence[EventRow]
+    ) -> tuple[int, EventBusUnavailable | None]:
+        published = 0
+        for row in rows:
+            try:
+                row.stream_seq = await bus.publish(row.subject, encode_event(row), row.event_id)
+            except EventBusUnavailable as exc:
+                # The stream may be gone (a fresh server); check it before the retry.
+                self._stream_ready = False
+                return published, exc
+            row.published_at = utcnow()
+            published += 1
+        return published, None
+
+    async def _count_pending(self, session: AsyncSession) -> int:
+        query = select(func.count()).select_from(EventRow).where(EventRow.published_at.is_(None))
+        return int(await session.scalar(query) or 0)
+
+    def _failed(self, exc: Exception) -> None:
+        self._failures += 1
+        self._metrics.relay_errors.inc()
+        if self._failures == 1 or self._failures % self.log_every == 0:
+            reason = exc.message if isinstance(exc, RegistryError) else repr(exc)
+            detail = exc.detail if isinstance(exc, RegistryError) else {}
+            log.warning("event relay cannot publish (attempt %d): %s %s; events stay queued",
+                        self._failures, reason, detail)
+
+    def _recovered(self) -> None:
+        if self._failures:
+            log.info("event relay recovered after %d failed attempts", self._failures)
+        self._failures = 0
+
+    def backoff_delay(self) -> float:
+        """Capped exponential backoff with jitter, so replicas do not retry in step."""
+        exponent = min(self._failures - 1, 30)
+        ceiling = min(self.backoff_cap_s, self.backoff_base_s * 2.0**max(exponent, 0))
+        return random.uniform(ceiling / 2, ceiling)
+
+    async def _backoff(self) -> None:
+        # Only stop() cuts a backoff short: new commits must not turn it into a spin.
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), self.backoff_delay())
+
+    async def _idle(self) -> None:
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self._settings.relay_poll_interval_s)

@@ -1,0 +1,123 @@
+"""The registry's one settings class. Bad configuration is refused at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path.home() / ".loraplane"
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept plain driver URLs and pick the async driver the registry runs on."""
+    for plain, async_ in (
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("postgres://", "postgresql+asyncpg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
+        if url.startswith(plain):
+            return async_ + url[len(plain) :]
+    if url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+        return url
+    raise ValueError("database_url must be a postgresql:// or sqlite:// URL")
+
+
+class RegistrySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
+
+    data_dir: Path = DEFAULT_DATA_DIR
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+    database_url: str | None = None
+    auto_migrate: bool | None = None
+
+    s3_endpoint: str | None = None
+    # Where clients outside the registry's network reach the same S3 (presigned URLs
+    # name it); the default is s3_endpoint.
+    s3_public_endpoint: str | None = None
+    s3_bucket: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key: SecretStr | None = None
+    s3_secret_key: SecretStr | None = None
+    s3_path_style: bool = True
+    s3_create_bucket: bool = False
+
+    nats_url: str | None = None
+    embedded_nats_port: int = Field(default=4223, ge=1, le=65535)
+
+    admin_token: SecretStr | None = None
+
+    max_file_bytes: int = Field(default=2 * 1024**3, gt=0)
+    max_upload_bytes: int = Field(default=4 * 1024**3, gt=0)
+    max_archive_members: int = Field(default=16, gt=0)
+    max_header_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    presign_expires_s: int = Field(default=300, gt=0, le=7 * 24 * 3600)
+    relay_poll_interval_s: float = Field(default=1.0, gt=0)
+    relay_batch_size: int = Field(default=100, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        return None if value in (None, "") else normalize_database_url(value)
+
+    @field_validator("s3_endpoint", "s3_public_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("an S3 endpoint must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RegistrySettings:
+        keys = (self.s3_access_key is None, self.s3_secret_key is None)
+        if keys[0] != keys[1]:
+            raise ValueError("set both s3_access_key and s3_secret_key, or neither")
+        for endpoint in ("s3_endpoint", "s3_public_endpoint"):
+            if getattr(self, endpoint) and not self.s3_bucket:
+                raise ValueError(f"{endpoint} is set but s3_bucket is not")
+        if self.max_file_bytes > self.max_upload_bytes:
+            raise ValueError("max_file_bytes must not exceed max_upload_bytes")
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{self.data_dir / 'registry.db'}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.effective_database_url.startswith("sqlite")
+
+    @property
+    def should_auto_migrate(self) -> bool:
+        # The embedded default migrates itself; a shared database is migrated on purpose.
+        return self.auto_migrate if self.auto_migrate is not None else self.database_url is None
+
+    @property
+    def blob_kind(self) -> Literal["local", "s3"]:
+        return "s3" if self.s3_bucket else "local"
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.data_dir / "staging"
+
+    @property
+    def uses_embedded_nats(self) -> bool:
+        return not self.nats_url
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.data_dir / ADMIN_TOKEN_FILE

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
+
+from registry_service.blobs.base import BlobStream, content_disposition
+from registry_service.deps import CtxDep, PrincipalDep, SessionDep
+from registry_service.versions import service
+from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
+from registry_service.versions.upload import ReceivedUpload, UploadLimits, receive_upload
+
+router = APIRouter(prefix="/v1/adapters/{name}/versions", tags=["versions"])
+
+
+@router.post("", status_code=201, response_model=UploadResult,
+             responses={200: {"model": UploadResult, "description": "identical re-upload"}})
+async def upload_version(name: str, request: Request, session: SessionDep,
+                         principal: PrincipalDep, ctx: CtxDep) -> JSONResponse:
+    limits = UploadLimits(ctx.settings.max_file_bytes, ctx.settings.max_upload_bytes)
+
+    async def receive(staging: Path) -> ReceivedUpload:
+        return await receive_upload(request.headers.get("content-type"),
+                                    request.headers.get("content-length"),
+                                    request.stream(), staging, limits)
+
+    result = await service.publish_version(session, principal, name, blobs=ctx.blobs,
+                                           settings=ctx.settings, receive=receive)
+    return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
+
+
+@router.get("")
+async def list_versions(name: str, session: SessionDep, principal: PrincipalDep,
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+                        cursor: str | None = None) -> VersionPage:
+    return await service.list_versions(session, principal, name, limit=limit, cursor=cursor)
+
+
+@router.get("/{version}")
+async def get_version(name: str, version: int, session: SessionDep,
+                      principal: PrincipalDep) -> VersionOut:
+    return await service.show_version(session, principal, name, version)
+
+
+@router.get("/{version}/files/{filename}", response_model=None)
+async def get_file(name: str, version: int, filename: str, session: SessionDep,
+                   principal: PrincipalDep, ctx: CtxDep) -> Response:
+    found = await service.open_file(session, principal, name, version, filename,
+                                    blobs=ctx.blobs, settings=ctx.settings)
+    if found.redirect_url is not None:
+        return RedirectResponse(found.redirect_url, status_code=307)
+    assert found.stream is not None
+    headers = {"Content-Length": str(found.size), "ETag": f'"{found.sha256}"',
+               "Content-Disposition": content_disposition(found.filename),
+               "X-Content-SHA256": found.sha256}
+    return StreamingResponse(_closing(found.stream), media_type="application/octet-stream",
+                             headers=headers)
+
+
+async def _closing(stream: BlobStream) -> AsyncIterator[bytes]:
+    # Starlette does not close a plain iterator when the client goes away; a generator's
+    # ``finally`` does, and releases the S3 connection or the file handle.
+    async with stream:
+        async for chunk in stream:
+            yield chunk

@@ -1,0 +1,177 @@
+"""Use cases of versions: publish (upload), history, show, and file downloads."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from loraplane.naming import DEFAULT_ALIAS
+from registry_service.adapters.lookup import get_visible_adapter
+from registry_service.adapters.models import Adapter
+from registry_service.aliases.schemas import AliasState
+from registry_service.aliases.service import (
+    check_alias_name,
+    get_version,
+    lock_alias,
+    move_alias_locked,
+)
+from registry_service.auth.roles import Principal, Role
+from registry_service.blobs.base import BlobStore, BlobStream
+from registry_service.errors import BadRequest, NotFound
+from registry_service.events.service import record_event
+from registry_service.settings import RegistrySettings
+from registry_service.versions.models import Version
+from registry_service.versions.refs import version_ref
+from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
+from registry_service.versions.staging import StagedVersion, stage_version, staging_area
+from registry_service.versions.upload import ReceivedFile, ReceivedUpload
+
+Receive = Callable[[Path], Awaitable[ReceivedUpload]]
+
+
+def parse_aliases(raw: str | None) -> list[str]:
+    if raw is None:
+        return [DEFAULT_ALIAS]
+    aliases = [a.strip() for a in raw.split(",") if a.strip()]
+    for alias in aliases:
+        check_alias_name(alias)
+    return list(dict.fromkeys(aliases))
+
+
+def version_out(adapter: Adapter, version: Version) -> VersionOut:
+    ref = version_ref(adapter, version)
+    return VersionOut(
+        adapter=adapter.name, version=version.number, digest=version.digest,
+        base_model=adapter.base_model, rank=version.rank, alpha=version.alpha,
+        target_modules=ref.target_modules, files=ref.files, total_size=version.total_size,
+        uploader=version.uploader, notes=version.notes, created_at=version.created_at,
+    )
+
+
+async def store_blobs(blobs: BlobStore, files: list[ReceivedFile]) -> None:
+    # A blob stored for an upload whose commit then fails stays as an orphan: it is
+    # content-addressed, so it is harmless, and deleting it could race with a concurrent
+    # upload of the same bytes that is about to reference it.
+    # put_file is idempotent and skips content already stored (one existence check).
+    for item in files:
+        await blobs.put_file(item.sha256, item.path, item.size)
+
+
+async def publish_version(
+    session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
+    settings: RegistrySettings, receive: Receive,
+) -> UploadResult:
+    """Receive, validate and store a version, then move its aliases, in one commit."""
+    principal.require(Role.PUBLISHER)
+    base_model = (await get_visible_adapter(session, principal, name)).base_model
+    # Hold no transaction (on SQLite: no write lock) while the body streams in.
+    await session.rollback()
+    async with staging_area(settings.staging_dir) as staging:
+        upload = await receive(staging)
+        aliases = parse_aliases(upload.fields.get("aliases"))
+        staged = await stage_version(upload, staging, settings, base_model)
+        await store_blobs(blobs, staged.files)
+        notes = upload.fields.get("notes", "")
+        try:
+            return await _commit(session, principal, name, staged, aliases, notes)
+        except IntegrityError:
+            # A concurrent identical upload won the race; ours is now a re-upload.
+            await session.rollback()
+            return await _commit(session, principal, name, staged, aliases, notes)
+
+
+async def _commit(
+    session: AsyncSession, principal: Principal, name: str, staged: StagedVersion,
+    aliases: list[str], notes: str,
+) -> UploadResult:
+    adapter = await get_visible_adapter(session, principal, name, for_update=True)
+    version = await session.scalar(
+        select(Version).where(Version.adapter_id == adapter.id, Version.digest == staged.digest)
+    )
+    created = version is None
+    if version is None:
+        version = _new_version(adapter, staged, principal, notes)
+        session.add(version)
+        await session.flush()
+        record_event(session, type="version_published", tenant=adapter.tenant.name,
+                     adapter=adapter.name, actor=principal.name,
+                     body={"base_model": adapter.base_model,
+                           "target": version_ref(adapter, version).model_dump()})
+    states: list[AliasState] = []
+    for alias_name in aliases:
+        alias = await lock_alias(session, adapter, alias_name)
+        states.append(await move_alias_locked(session, adapter, alias, version,
+                                              action="publish", actor=principal.name))
+    await session.commit()
+    out = version_out(adapter, version)
+    return UploadResult(**out.model_dump(), created=created, aliases=states)
+
+
+def _new_version(adapter: Adapter, staged: StagedVersion, principal: Principal,
+                 notes: str) -> Version:
+    # The adapter row is locked, so this number is ours alone.
+    adapter.last_version += 1
+    summary = staged.summary
+    return Version(
+        adapter_id=adapter.id, number=adapter.last_version, digest=staged.digest,
+        files=staged.files_json(), total_size=staged.total_size, rank=summary.rank,
+        alpha=float(summary.alpha), target_modules=list(summary.target_modules),
+        uploader=principal.name, notes=notes,
+    )
+
+
+async def list_versions(
+    session: AsyncSession, principal: Principal, name: str, *, limit: int, cursor: str | None
+) -> VersionPage:
+    principal.require(Role.READER)
+    adapter = await get_visible_adapter(session, principal, name)
+    query = select(Version).where(Version.adapter_id == adapter.id)
+    if cursor is not None:
+        if not cursor.isdigit():
+            raise BadRequest("the cursor is not valid", code="invalid_cursor")
+        query = query.where(Version.number < int(cursor))
+    rows = list(await session.scalars(query.order_by(Version.number.desc()).limit(limit + 1)))
+    page = [version_out(adapter, v) for v in rows[:limit]]
+    next_cursor = str(rows[limit - 1].number) if len(rows) > limit else None
+    return VersionPage(versions=page, next_cursor=next_cursor)
+
+
+async def show_version(
+    session: AsyncSession, principal: Principal, name: str, number: int
+) -> VersionOut:
+    principal.require(Role.READER)
+    adapter = await get_visible_adapter(session, principal, name)
+    return version_out(adapter, await get_version(session, adapter, number))
+
+
+@dataclass(frozen=True, slots=True)
+class FileDownload:
+    filename: str
+    sha256: str
+    size: int
+    redirect_url: str | None
+    stream: BlobStream | None
+
+
+async def open_file(
+    session: AsyncSession, principal: Principal, name: str, number: int, filename: str, *,
+    blobs: BlobStore, settings: RegistrySettings,
+) -> FileDownload:
+    principal.require(Role.READER)
+    adapter = await get_visible_adapter(session, principal, name)
+    version = await get_version(session, adapter, number)
+    entry = next((f for f in version.files if f["name"] == filename), None)
+    if entry is None:
+        raise NotFound(f"version {number} of {name!r} has no file {filename!r}",
+                       code="file_not_found", detail={"file": filename})
+    await session.rollback()
+    sha, size = str(entry["sha256"]), int(entry["size"])
+    url = await blobs.presigned_url(sha, filename=filename, expires_s=settings.presign_expires_s)
+    stream = None if url else await blobs.open_stream(sha)
+    return FileDownload(filename=filename, sha256=sha, size=size, redirect_url=url,
+                        stream=stream)

@@ -1,0 +1,85 @@
+"""Turning a received upload into a validated, hashed set of files in staging."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from loraplane.digest import sha256_file, version_digest
+from loraplane.lora.archive import extract_archive
+from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.validate import AdapterSummary, validate_adapter_dir
+from registry_service.settings import RegistrySettings
+from registry_service.versions.upload import ReceivedFile, ReceivedUpload
+
+
+@dataclass(frozen=True, slots=True)
+class StagedVersion:
+    files: list[ReceivedFile]
+    summary: AdapterSummary
+    digest: str
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def files_json(self) -> list[dict[str, object]]:
+        return [{"name": f.name, "size": f.size, "sha256": f.sha256}
+                for f in sorted(self.files, key=lambda f: f.name)]
+
+
+@asynccontextmanager
+async def staging_area(root: Path) -> AsyncIterator[Path]:
+    """A private folder for one upload, removed afterwards whatever happened."""
+    path = root / uuid.uuid4().hex
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+def _hash_all(paths: list[Path]) -> list[ReceivedFile]:
+    files = []
+    for path in paths:
+        size, sha = sha256_file(path)
+        files.append(ReceivedFile(name=path.name, path=path, size=size, sha256=sha))
+    return files
+
+
+def _unpack(upload: ReceivedUpload, staging: Path, settings: RegistrySettings) -> tuple[
+    Path, list[ReceivedFile]
+]:
+    archive = upload.archive
+    if archive is None:
+        return staging, upload.files
+    if len(upload.files) > 1:
+        raise AdapterInvalid("unknown_file", "an archive must be the only file of an upload",
+                             {"files": sorted(f.name for f in upload.files)})
+    dest = staging / "extracted"
+    dest.mkdir()
+    paths = extract_archive(archive.path, dest, max_total_bytes=settings.max_upload_bytes,
+                            max_members=settings.max_archive_members,
+                            max_file_bytes=settings.max_file_bytes)
+    archive.path.unlink()
+    return dest, _hash_all(paths)
+
+
+def _stage_sync(upload: ReceivedUpload, staging: Path, settings: RegistrySettings,
+                base_model: str) -> StagedVersion:
+    folder, files = _unpack(upload, staging, settings)
+    summary = validate_adapter_dir(folder, expected_base_model=base_model,
+                                   max_header_bytes=settings.max_header_bytes)
+    digest = version_digest((f.name, f.size, f.sha256) for f in files)
+    return StagedVersion(files=files, summary=summary, digest=digest)
+
+
+async def stage_version(upload: ReceivedUpload, staging: Path, settings: RegistrySettings,
+                        base_model: str) -> StagedVersion:
+    """Unpack, hash and validate off the event loop (a 1 GB scan takes seconds)."""
+    return await asyncio.to_thread(_stage_sync, upload, staging, settings, base_model)

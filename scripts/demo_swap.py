@@ -1,0 +1,341 @@
+"""The demo's scenario: v1 serving, a long v1 stream, v2 published under it, a timeline.
+
+Every observation is taken from outside, as a user would: the answers' headers and
+text (through the agent), vLLM's own model list, and the registry's events on NATS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import nats
+from nats.aio.msg import Msg
+
+from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, Event, parse_event
+from tests.support.openai_client import Completion, OpenAIClient, eventually
+from tests.support.registry_api import RegistryApi
+
+BASE_MODEL = "tiny-llama"
+ADAPTER = "support-bot"
+V1, V2 = f"{ADAPTER}@1", f"{ADAPTER}@2"
+# Long enough to outlast a push and its swap on a busy 2-core machine (the upload
+# competes with the stream for CPU): in one run here the stream took 5.7 s and v2 was
+# served 2.9 s after it started. vLLM runs with --max-model-len 2048.
+STREAM_TOKENS = 1800
+STREAM_PROMPT = "Dear support team, my order has not arrived and"
+POLL_INTERVAL_S = 0.1
+
+
+class DemoError(RuntimeError):
+    """A step of the demo failed; the message says which and why."""
+
+
+class CliRunner(Protocol):
+    def run(self, *args: str) -> None: ...
+
+    def api(self) -> RegistryApi:
+        """The same registry, as the same user, over its REST API."""
+        ...
+
+def step(title: str) -> None:
+    print(f"\n\033[1m== {title}\033[0m", flush=True)
+
+
+@dataclass
+class Timeline:
+    """What happened when, in milliseconds from ``origin``."""
+
+    origin: float = field(default_factory=time.monotonic)
+    marks: list[tuple[float, str]] = field(default_factory=list)
+
+    def mark(self, what: str, at: float | None = None) -> None:
+        self.marks.append((time.monotonic() if at is None else at, what))
+
+    def ms(self, at: float) -> int:
+        return round((at - self.origin) * 1000)
+
+    def lines(self) -> list[str]:
+        return [f"  +{self.ms(at):>7,} ms  {what}" for at, what in sorted(self.marks)]
+
+
+class EventWatch:
+    """Every registry event on NATS, with the moment it arrived here."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, Event]] = []
+        self.v2_seen = asyncio.Event()
+        # Events carry the registry's wall-clock commit time; the timeline is monotonic.
+        self.wall_to_monotonic = time.monotonic() - time.time()
+        self._client: Any = None
+
+    async def start(self, url: str) -> None:
+        async def record(msg: Msg) -> None:
+            event = parse_event(msg.data)
+            self.seen.append((time.monotonic(), event))
+            if isinstance(event, AdapterUpdated) and (event.adapter, event.version) == (
+                    ADAPTER, 2):
+                self.v2_seen.set()
+
+        self._client = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=3)
+        # A plain subscription: JetStream stores these subjects, but anyone may listen.
+        await self._client.subscribe(STREAM_SUBJECTS, cb=record)
+
+    def committed_at(self, event: Event) -> float:
+        return event.time.timestamp() + self.wall_to_monotonic
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            await self._client.drain()
+
+
+class VllmWatch:
+    """vLLM's model list, polled: when each name first appeared and when it left."""
+
+    def __init__(self, vllm_url: str) -> None:
+        self.http = httpx.AsyncClient(base_url=vllm_url, timeout=10)
+        self.appeared: dict[str, float] = {}
+        self.left: dict[str, float] = {}
+        self._present: set[str] = set()
+
+    async def run(self) -> None:
+        while True:
+            response = await self.http.get("/v1/models")
+            response.raise_for_status()
+            now, names = time.monotonic(), {m["id"] for m in response.json()["data"]}
+            for name in names - self._present:
+                self.appeared.setdefault(name, now)
+            for name in self._present - names:
+                self.left.setdefault(name, now)
+            self._present = names
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def served_by(agent: OpenAIClient, version_name: str, timeout_s: float) -> Completion:
+    async def check() -> Completion | None:
+        answer = await agent.complete(ADAPTER)
+        return answer if answer.ok and answer.adapter == version_name else None
+
+    try:
+        return await eventually(check, timeout_s=timeout_s,
+                                what=f"the agent answering with {version_name}")
+    except AssertionError as exc:
+        raise DemoError(str(exc)) from None
+
+
+@dataclass
+class Swap:
+    """What the requests sent during the swap saw."""
+
+    answered: Counter[str] = field(default_factory=Counter)
+    failed: list[Completion] = field(default_factory=list)
+    first_v2: Completion | None = None
+    committed_at: float | None = None  # the registry's commit of v2 (monotonic)
+
+
+async def poll_until_v2(agent: OpenAIClient, push: asyncio.Task[Any], swap: Swap,
+                        timeline: Timeline, timeout_s: float = 90.0) -> Completion:
+    """New requests, one after another, until one is answered by v2."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if push.done() and push.exception() is not None:
+            raise DemoError(f"publishing v2 failed: {push.exception()}")
+        answer = await agent.complete(ADAPTER)
+        if not answer.ok:
+            swap.failed.append(answer)
+        else:
+            swap.answered[answer.adapter or "?"] += 1
+        if answer.ok and answer.adapter == V2:
+            timeline.mark(f"agent: first request answered by {V2} (before it, "
+                          f"{swap.answered[V1]} answered by {V1} since the event)",
+                          answer.ended)
+            swap.first_v2 = answer
+            return answer
+        await asyncio.sleep(POLL_INTERVAL_S)
+    raise DemoError(f"no request was answered by {V2} within {timeout_s:.0f}s")
+
+
+async def published(events: EventWatch, push: asyncio.Task[Any], timeout_s: float) -> None:
+    """Until v2's event is on NATS (or the push answered, whichever comes first)."""
+    seen = asyncio.create_task(events.v2_seen.wait())
+    try:
+        done, _ = await asyncio.wait({seen, push}, timeout=timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        seen.cancel()
+    if not done:
+        raise DemoError(f"publishing v2 took more than {timeout_s:.0f}s")
+    if push.done() and push.exception() is not None:
+        raise DemoError(f"publishing v2 failed: {push.exception()}")
+
+
+async def publish(api: RegistryApi, folder: Path, timeline: Timeline) -> dict[str, Any]:
+    # The upload `loraplane push` makes, sent from this process: on 2 cores under a
+    # running stream, starting a new process took 3-10 s, and the push then landed after
+    # the stream had ended.
+    result = await api.push(ADAPTER, folder)
+    if not result.get("created") or result.get("version") != 2:
+        raise DemoError(f"the push did not create version 2: {result}")
+    moved = ", ".join(f"{m.get('alias')} -> {m.get('version')}"
+                      for m in result.get("aliases") or [])
+    timeline.mark(f"the push answered: version 2 created, {moved or 'no alias moved'}")
+    return result
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    async def check() -> bool:
+        return condition()
+
+    try:
+        await eventually(check, timeout_s=timeout_s, interval_s=0.05, what=what)
+    except AssertionError as exc:
+        raise DemoError(str(exc)) from None
+
+
+async def swap_under_stream(api: RegistryApi, agent: OpenAIClient, v2_folder: Path,
+                            watches: tuple[EventWatch, VllmWatch], timeline: Timeline,
+                            swap: Swap) -> Completion:
+    events, vllm = watches
+    first_chunk = asyncio.Event()
+    timeline.origin = time.monotonic()
+    timeline.mark(f"stream started on {ADAPTER}: {STREAM_TOKENS} tokens, greedy")
+    stream = asyncio.create_task(agent.stream(ADAPTER, prompt=STREAM_PROMPT,
+                                              max_tokens=STREAM_TOKENS, first_chunk=first_chunk))
+    try:
+        await asyncio.wait_for(first_chunk.wait(), 60)
+        timeline.mark("stream: first token arrived")
+        timeline.mark(f"push of v2 started (POST /v1/adapters/{ADAPTER}/versions, "
+                      f"the upload `loraplane push {ADAPTER} {v2_folder.name}` makes)")
+        push = asyncio.create_task(publish(api, v2_folder, timeline))
+        # Requests before the event could only be v1: they would just slow the push down.
+        await published(events, push, timeout_s=60)
+        first_v2 = await poll_until_v2(agent, push, swap, timeline)
+        streaming_at_flip = not stream.done()
+        await push
+        result = await stream
+    finally:
+        stream.cancel()
+    timeline.mark(f"stream finished: X-Loraplane-Adapter {result.adapter}, "
+                  f"{tokens(result)}", result.ended)
+    if not streaming_at_flip or (first_v2.ended or 0) >= (result.ended or 0):
+        raise DemoError("the stream ended before v2 was served: the swap happened after it")
+    await wait_for(lambda: V1 in vllm.left, 30, f"{V1} unloaded from vLLM after its stream")
+    return result
+
+
+def tokens(answer: Completion) -> str:
+    # vLLM may put several tokens in one chunk; "length" means max_tokens were made.
+    made = f"{STREAM_TOKENS} tokens" if answer.finish_reason == "length" else "tokens"
+    return f"{made} in {answer.chunks} chunks (finish_reason {answer.finish_reason})"
+
+
+def mark_observations(timeline: Timeline, events: EventWatch, vllm: VllmWatch,
+                      swap: Swap) -> None:
+    for at, event in events.seen:
+        if at >= timeline.origin and isinstance(event, AdapterUpdated):
+            if (event.adapter, event.version) == (ADAPTER, 2):
+                swap.committed_at = events.committed_at(event)
+            move = f"{event.adapter}@{event.alias} {event.previous_version} -> {event.version}"
+            timeline.mark(f"v2 published: the registry committed it ({move})",
+                          events.committed_at(event))
+            timeline.mark(f"NATS: {event.type} {move} (stream seq {event.seq}) "
+                          "reached a subscriber", at)
+    if V2 in vllm.appeared:
+        timeline.mark(f"vLLM: {V2} loaded, beside {V1}", vllm.appeared[V2])
+    if V1 in vllm.left:
+        timeline.mark(f"vLLM: {V1} unloaded (drained: its last request has ended)",
+                      vllm.left[V1])
+
+
+def verdict(stream: Completion, reference: Completion, v1_answer: Completion,
+            swap: Swap) -> list[str]:
+    """Readable results; raises DemoError naming every promise that did not hold."""
+    same = stream.text == reference.text
+    first_v2 = swap.first_v2
+    lines = []
+    if first_v2 is not None and first_v2.ended and swap.committed_at is not None:
+        lines.append(f"v2 first served {(first_v2.ended - swap.committed_at) * 1000:,.0f} ms "
+                     "after the registry committed it, while the v1 stream ran on")
+    lines += [
+        f"the v1 stream: status {stream.status}, X-Loraplane-Adapter {stream.adapter}, "
+        f"{tokens(stream)}, {stream.seconds:.1f}s",
+        f"its text equals the undisturbed v1 run ({reference.seconds:.1f}s): "
+        f"{'yes' if same else 'NO'}",
+        f"requests during the swap: {sum(swap.answered.values())} answered "
+        f"({', '.join(f'{n} by {v}' for v, n in sorted(swap.answered.items()))}), "
+        f"{len(swap.failed)} failed",
+        f"v2 answers differently from v1 to the same prompt: "
+        f"{'yes' if first_v2 is not None and first_v2.text != v1_answer.text else 'NO'}",
+    ]
+    broken = []
+    if not (stream.ok and stream.adapter == V1 and stream.finish_reason == "length"):
+        broken.append(f"the stream did not finish on {V1}: {stream}")
+    if not same:
+        broken.append("the stream's text differs from the undisturbed v1 run")
+    if swap.failed:
+        broken.append(f"requests failed during the swap: {[str(f) for f in swap.failed]}")
+    if first_v2 is None or first_v2.text == v1_answer.text:
+        broken.append("v2's answer is the same as v1's: the weights did not change")
+    if broken:
+        print("\n".join(lines))
+        raise DemoError("; ".join(broken))
+    return lines
+
+
+async def run_scenario(cli: CliRunner, agent_url: str, vllm_url: str, nats_url: str,
+                       adapters: Path) -> None:
+    step("create the adapter and publish v1")
+    cli.run("adapters", "create", ADAPTER, "--base-model", BASE_MODEL, "--tenant", "acme",
+            "--description", "first-line support")
+    cli.run("push", ADAPTER, str(adapters / "a1"))
+    events, vllm = EventWatch(), VllmWatch(vllm_url)
+    await events.start(nats_url)
+    watcher = asyncio.create_task(vllm.run())
+    try:
+        async with OpenAIClient(agent_url) as agent, cli.api() as api:
+            await _scenario(api, agent, adapters, events, vllm, watcher)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            await watcher
+        await vllm.http.aclose()
+        await events.stop()
+    step("what the registry knows: versions, the fleet, the rollout")
+    cli.run("versions", ADAPTER)
+    cli.run("agents")
+    cli.run("rollout", ADAPTER)
+
+
+async def _scenario(api: RegistryApi, agent: OpenAIClient, adapters: Path, events: EventWatch,
+                    vllm: VllmWatch, watcher: asyncio.Task[None]) -> None:
+    step(f"wait until the agent serves v1 (POST /v1/completions model={ADAPTER})")
+    started = time.monotonic()
+    v1_answer = await served_by(agent, V1, timeout_s=60)
+    print(f"answered by {v1_answer.adapter} after {time.monotonic() - started:.2f}s: "
+          f"{v1_answer.text!r}")
+    step(f"reference: an undisturbed v1 stream ({STREAM_TOKENS} tokens, greedy)")
+    reference = await agent.stream(ADAPTER, prompt=STREAM_PROMPT, max_tokens=STREAM_TOKENS)
+    if not (reference.ok and reference.adapter == V1):
+        raise DemoError(f"the reference stream was not served by {V1}: {reference}")
+    print(f"{reference.adapter}: {tokens(reference)}, {reference.seconds:.1f}s")
+    step("the same stream again, and v2 published while it runs")
+    timeline, swap = Timeline(), Swap()
+    try:
+        stream = await swap_under_stream(api, agent, adapters / "a2", (events, vllm),
+                                         timeline, swap)
+        if watcher.done() and watcher.exception() is not None:
+            raise DemoError(f"watching vLLM's model list failed: {watcher.exception()}")
+    finally:
+        # Also on a failure: what happened up to it is the best clue.
+        mark_observations(timeline, events, vllm, swap)
+        step("timeline (milliseconds from the start of the stream)")
+        print("\n".join(timeline.lines()))
+    step("result")
+    print("\n".join(verdict(stream, reference, v1_answer, swap)))

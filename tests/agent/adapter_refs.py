@@ -1,0 +1,100 @@
+"""VersionRefs for adapter folders on disk, a local fetch, and a narrow fake vLLM."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from inference_agent.errors import VllmRefused, VllmUnavailable
+from loraplane.digest import sha256_file, version_digest
+from loraplane.events import FileRef, VersionRef
+from loraplane.naming import versioned_name
+from tests.support.adapters import make_adapter
+
+
+def ref_from_dir(adapter: str, version: int, folder: Path, *, rank: int = 8,
+                 base_model: str = "tiny-llama", digest: str | None = None) -> VersionRef:
+    """A ref whose file URLs are the files' absolute paths (for ``LocalFetch``)."""
+    files = []
+    for path in sorted(folder.iterdir()):
+        size, sha = sha256_file(path)
+        files.append(FileRef(name=path.name, size=size, sha256=sha, url=str(path)))
+    return VersionRef(
+        adapter=adapter, version=version,
+        digest=digest or version_digest((f.name, f.size, f.sha256) for f in files),
+        base_model=base_model, rank=rank, alpha=16.0, target_modules=["q_proj", "v_proj"],
+        files=files)
+
+
+def adapter_ref(root: Path, adapter: str, version: int, **make: object) -> VersionRef:
+    folder = make_adapter(root / f"src-{adapter}-{version}", seed=version, **make)  # type: ignore[arg-type]
+    return ref_from_dir(adapter, version, folder)
+
+
+class LocalFetch:
+    """A Materializer fetch that copies ``file.url`` (a local path); counts calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self, file: FileRef, dest: Path) -> None:
+        self.calls.append(file.url)
+        if self.gate is not None:
+            await self.gate.wait()
+        shutil.copyfile(file.url, dest)
+
+
+def is_dir(path: Path) -> bool:
+    return path.is_dir()
+
+
+class FakeVllm:
+    """The VllmClient surface the cache uses, with a gate to hold loads open."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, Path] = {}
+        self.load_calls: list[str] = []
+        self.unload_calls: list[str] = []
+        self.gate: asyncio.Event | None = None
+        self.refuse: set[str] = set()
+        self.down = False
+
+    async def loaded(self) -> set[str]:
+        if self.down:
+            raise VllmUnavailable("down")
+        return set(self.names)
+
+    async def load(self, name: str, path: Path) -> None:
+        self.load_calls.append(name)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.down:
+            raise VllmUnavailable("down")
+        if name in self.refuse:
+            raise VllmRefused(f"refused {name}")
+        assert is_dir(path), path
+        self.names[name] = path
+
+    async def unload(self, name: str) -> None:
+        self.unload_calls.append(name)
+        if self.down:
+            raise VllmUnavailable("down")
+        self.names.pop(name, None)
+
+
+def vname(ref: VersionRef) -> str:
+    return versioned_name(ref.adapter, ref.version)
+
+
+async def eventually(check: Callable[[], bool], *, timeout_s: float = 5.0,
+                     what: str = "condition") -> None:
+    """Poll ``check`` until it holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout_s}s")
+        await asyncio.sleep(0.005)

@@ -1,0 +1,127 @@
+"""Helpers shared by the agent's tests."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from inference_agent.errors import AgentError
+from inference_agent.routing import RouteTable
+from inference_agent.service import QuietServer
+from inference_agent.swap import SwapResult
+from loraplane.events import VersionRef
+from loraplane.netutil import free_port
+from registry_service.app import create_app
+from tests.support.registry import RegistryHarness, registry_settings
+from tests.support.services import NatsService
+from tests.support.uploads import upload_dir
+
+
+async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout_s: float = 10.0,
+                     what: str = "condition", interval_s: float = 0.005) -> None:
+    """Poll ``check`` (sync or async) until it holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not await _holds(check):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout_s}s")
+        await asyncio.sleep(interval_s)
+
+
+async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = check()
+    return bool(await result) if inspect.isawaitable(result) else bool(result)
+
+
+class FakeSwapper:
+    """Records alias moves and applies them to a real RouteTable; fails on request."""
+
+    def __init__(self, routes: RouteTable) -> None:
+        self.routes = routes
+        self.moves: list[tuple[str, str, int, int | None]] = []
+        self.errors: dict[tuple[str, int], AgentError] = {}
+
+    async def apply(self, adapter: str, alias: str, revision: int,
+                    target: VersionRef | None) -> SwapResult:
+        self.moves.append((adapter, alias, revision, target.version if target else None))
+        if target is not None and (adapter, target.version) in self.errors:
+            # A real swap raises a new error at every attempt; each is counted once.
+            error = copy.copy(self.errors[(adapter, target.version)])
+            error.counted = False
+            raise error
+        _rev, old = self.routes.alias(adapter, alias)
+        flipped = self.routes.set_alias(adapter, alias, revision, target)
+        return SwapResult(adapter=adapter, alias=alias, old=old.version if old else None,
+                          new=target.version if target else None, loaded=False,
+                          flipped=flipped)
+
+    def draining(self) -> set[str]:
+        return set()
+
+
+# --- a registry over real HTTP ------------------------------------------------------------
+
+
+@dataclass
+class ServedRegistry:
+    """The registry app behind uvicorn on a free port, and an admin harness for it."""
+
+    url: str
+    harness: RegistryHarness
+
+    async def agent_token(self) -> str:
+        headers = await self.harness.token("agent")
+        return headers["Authorization"].removeprefix("Bearer ")
+
+    async def publish(self, name: str, folder: Path, aliases: str = "live") -> int:
+        response = await upload_dir(self.harness, name, folder, aliases=aliases)
+        assert response.status_code == 201, response.text
+        return int(response.json()["version"])
+
+    async def put_route(self, kind: str, key: str, adapter: str, alias: str = "live") -> None:
+        response = await self.harness.client.put(
+            f"/v1/routes/{kind}/{key}", json={"adapter": adapter, "alias": alias},
+            headers=self.harness.admin_headers)
+        assert response.status_code == 200, response.text
+
+
+@asynccontextmanager
+async def serve_app(app: Any, port: int | None = None) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1; yields its base URL."""
+    port = port or free_port()
+    server = QuietServer(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                        log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    try:
+        await eventually(lambda: server.started or task.done(), timeout_s=60,
+                         what="uvicorn start", interval_s=0.02)
+        if task.done():
+            task.result()
+            raise AssertionError("uvicorn stopped during start-up")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@asynccontextmanager
+async def served_registry(tmp_path: Path, nats: NatsService,
+                          port: int | None = None) -> AsyncIterator[ServedRegistry]:
+    """The embedded registry (SQLite, local blobs) under ``tmp_path/registry``: serving it
+    again with the same ``tmp_path`` and ``port`` is the same registry after a restart."""
+    settings = registry_settings("embedded", tmp_path / "registry", nats.url, None, None)
+    app = create_app(settings)
+    async with serve_app(app, port) as url, \
+            httpx.AsyncClient(base_url=url, timeout=60) as client:
+        harness = RegistryHarness(backend="embedded", client=client, ctx=app.state.ctx,
+                                  settings=settings, nats=nats, s3=None)
+        yield ServedRegistry(url=url, harness=harness)

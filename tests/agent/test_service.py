@@ -1,0 +1,310 @@
+"""The agent's service layer without vLLM: status reports to a real registry over HTTP
+(through outages), and start-up that fails in order."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from inference_agent.errors import VllmUnavailable
+from inference_agent.reconciler import VersionFailure
+from inference_agent.registry_client import RegistryClient
+from inference_agent.routing import RouteTable
+from inference_agent.service import Agent
+from inference_agent.settings import AgentSettings
+from inference_agent.status import StatusReporter
+from inference_agent.vllm_client import VllmClient
+from loraplane.events import FileRef, VersionRef
+from loraplane.netutil import free_port
+from tests.agent.loop_support import FakeSwapper, ServedRegistry, eventually, served_registry
+from tests.support.fleet import long_context_base
+from tests.support.services import NatsService
+from tests.support.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+
+BASE = "tiny-llama"
+CONTEXT = 2048
+
+
+def ref(adapter: str, version: int) -> VersionRef:
+    digest = hashlib.sha256(f"{adapter}{version}".encode()).hexdigest()
+    return VersionRef(adapter=adapter, version=version, digest=digest, base_model=BASE,
+                      rank=8, alpha=16, target_modules=["q_proj"],
+                      files=[FileRef(name="adapter_config.json", size=1, sha256=digest,
+                                     url="/x")])
+
+
+class Loaded:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def loaded_names(self) -> list[str]:
+        return list(self.names)
+
+
+class Failures:
+    def __init__(self) -> None:
+        self.items: list[VersionFailure] = []
+        self.moving: dict[tuple[str, str], int | None] = {}
+
+    def failures(self) -> list[VersionFailure]:
+        return list(self.items)
+
+    def pending(self) -> dict[tuple[str, str], int | None]:
+        return dict(self.moving)
+
+
+async def reported(reg: ServedRegistry, agent_id: str) -> dict[str, Any] | None:
+    response = await reg.harness.client.get("/v1/agents", headers=reg.harness.admin_headers)
+    assert response.status_code == 200, response.text
+    found = [a for a in response.json()["agents"] if a["agent_id"] == agent_id]
+    return found[0]["status"] if found else None
+
+
+async def test_status_reports_changes_and_survives_a_registry_outage(
+        tmp_path: Path, nats: NatsService) -> None:
+    port = free_port()
+    routes, loaded, failures = RouteTable(BASE), Loaded(), Failures()
+    routes.set_alias("bot", "live", 1, ref("bot", 1))
+    loaded.names = ["bot@1"]
+    async with served_registry(tmp_path, nats, port) as reg:
+        client = RegistryClient(reg.url, await reg.agent_token())
+        reporter = StatusReporter(agent_id="gpu-1", base_model=BASE, routes=routes,
+                                  cache=loaded, swapper=FakeSwapper(routes),
+                                  sources=[failures], post=client.post_status,
+                                  heartbeat_interval_s=30, debounce_s=0.1, retry_s=0.3)
+        task = asyncio.create_task(reporter.run())
+        state: dict[str, Any] = {}
+
+        async def shows(check: Any) -> bool:
+            state["status"] = await reported(reg, "gpu-1")
+            return state["status"] is not None and bool(check(state["status"]))
+
+        await eventually(lambda: shows(lambda s: s["served"]), what="first report")
+        assert state["status"]["served"] == [{"adapter": "bot", "alias": "live", "version": 1,
+                                              "state": "serving", "reason": None,
+                                              "code": None}]
+        assert state["status"]["loaded"] == ["bot@1"]
+        # Several changes in a burst make one post, not one each.
+        posted = reporter.posted
+        routes.set_alias("bot", "live", 2, ref("bot", 2))
+        failures.moving[("bot", "canary")] = 3
+        failures.items.append(VersionFailure(
+            adapter="bot", alias="canary", version=4, digest="d", code="rank_too_large",
+            reason="rank 32 > 16", attempts=1, bad=True))
+        for _ in range(5):
+            reporter.changed()
+        await eventually(lambda: shows(lambda s: s["failures"]), what="change reported")
+        assert reporter.posted == posted + 1
+        status = state["status"]
+        assert {(e["alias"], e["version"], e["state"]) for e in status["served"]} == \
+            {("live", 2, "serving"), ("canary", 3, "loading")}
+        assert status["failures"][0]["code"] == "rank_too_large"
+        assert status["failures"][0]["state"] == "failed"
+    # The registry is down: the reporter keeps running and retries.
+    posted = reporter.posted
+    routes.set_alias("bot", "live", 3, ref("bot", 5))
+    reporter.changed()
+    await asyncio.sleep(1.0)
+    assert not task.done() and reporter.posted == posted
+    async with served_registry(tmp_path, nats, port) as reg:
+        await eventually(lambda: shows(lambda s: s["served"][0]["version"] == 5),
+                         timeout_s=10, what="report after the outage")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await client.aclose()
+
+
+async def test_start_up_waits_for_vllm_then_fails_in_order(tmp_path: Path) -> None:
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    settings = AgentSettings(base_model=BASE, watch_dir=watch, cache_dir=tmp_path / "cache",
+                             vllm_url=f"http://127.0.0.1:{free_port()}", port=0,
+                             vllm_ready_timeout_s=1.5, agent_id="gpu-1")
+    agent = Agent(settings)
+    run = asyncio.create_task(agent.run(install_signals=False))
+    await eventually(lambda: agent.url is not None, what="listening")
+    assert agent.url is not None
+    async with httpx.AsyncClient(base_url=agent.url) as client:
+        await eventually(lambda: _answers(client), what="proxy up")
+        response = await client.get("/readyz")
+        assert response.status_code == 503 and response.json()["started"] is False
+    with pytest.raises(VllmUnavailable, match="not ready"):
+        await run
+    assert agent.draining and not agent.ready.is_set()
+
+
+async def test_stop_during_start_up_is_clean(tmp_path: Path) -> None:
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    settings = AgentSettings(base_model=BASE, watch_dir=watch, cache_dir=tmp_path / "cache",
+                             vllm_url=f"http://127.0.0.1:{free_port()}", port=0,
+                             agent_id="gpu-1", shutdown_grace_s=1)
+    agent = Agent(settings)
+    run = asyncio.create_task(agent.run(install_signals=False))
+    await eventually(lambda: agent.url is not None, what="listening")
+    await asyncio.sleep(0.3)
+    agent.stop()
+    async with asyncio.timeout(10):
+        await run
+    assert agent.url is not None
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient(base_url=agent.url) as client:
+            await client.get("/healthz")
+
+
+async def _answers(client: httpx.AsyncClient) -> bool:
+    try:
+        await client.get("/healthz")
+    except httpx.TransportError:
+        return False
+    return True
+
+
+# --- Agent.run() against a real vLLM, a real registry over HTTP and a real NATS -----------
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    python = ensure_vllm_env(install=True)
+    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"), python)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    log_path = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
+    # Room for a stream that outlasts the first steps of a shutdown (see below).
+    base = long_context_base(tiny_model, CONTEXT)
+    server = VllmServer(ensure_vllm_env(), base, log_path, max_loras=4,
+                        extra_args=("--max-model-len", str(CONTEXT)))
+    server.start()
+    try:
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        server.stop()
+
+
+async def complete(client: httpx.AsyncClient, model: str) -> tuple[int, str | None, str]:
+    response = await client.post("/v1/completions", json={
+        "model": model, "prompt": "hello there", "max_tokens": 8, "temperature": 0})
+    text = response.json()["choices"][0]["text"] if response.status_code == 200 else \
+        response.text
+    return response.status_code, response.headers.get("x-loraplane-adapter"), text
+
+
+@pytest.mark.vllm
+async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
+        tmp_path: Path, nats: NatsService, tiny_model: Path,
+        vllm_server: VllmServer) -> None:
+    adapters = tiny_model / "adapters"
+    vllm = VllmClient(vllm_server.url)
+    async with served_registry(tmp_path, nats) as reg:
+        for name in ("bot", "cold"):
+            await reg.harness.create_adapter(name)
+        await reg.publish("bot", adapters / "a1")
+        await reg.publish("cold", adapters / "a3")
+        watch = tmp_path / "watch"
+        shutil.copytree(adapters / "a4", watch / "local")
+        settings = AgentSettings(
+            registry=reg.url, token=await reg.agent_token(), nats_url=nats.url,
+            vllm_url=vllm_server.url, base_model=BASE, agent_id="gpu-1", port=0,
+            base_model_config=tiny_model / "base" / "config.json",
+            cache_dir=tmp_path / "cache", max_loaded=3, pin=["bot"], watch_dir=watch,
+            resync_interval_s=1.5, heartbeat_interval_s=2, drain_timeout_s=5,
+            shutdown_grace_s=15, retry_base_s=0.2, retry_max_s=1, max_attempts=2)
+        agent = Agent(settings)
+        run = asyncio.create_task(agent.run(install_signals=False))
+        started = time.monotonic()
+        async with asyncio.timeout(120):
+            await agent.ready.wait()
+        print(f"ready after {time.monotonic() - started:.2f}s")
+        assert agent.url is not None
+        assert await vllm.loaded() == {"bot@1"}, "the pinned adapter loads at start-up"
+        async with httpx.AsyncClient(base_url=agent.url, timeout=60) as client:
+            status, served, first = await complete(client, "bot")
+            assert (status, served) == (200, "bot@1")
+            assert (await complete(client, "cold"))[:2] == (200, "cold@1")
+            assert await vllm.loaded() == {"bot@1", "cold@1"}, "cold loads at first use"
+
+            # A new version: event -> reconcile -> load -> flip -> drain -> unload.
+            swap_started = time.monotonic()
+            await reg.publish("bot", adapters / "a2")
+            await eventually(lambda: _serves(client, "bot", "bot@2"), timeout_s=30,
+                             what="bot@2 serving")
+            print(f"bot@2 served {time.monotonic() - swap_started:.2f}s after the publish")
+            status, _served, second = await complete(client, "bot")
+            assert status == 200 and second != first
+            await eventually(lambda: _lacks(vllm, "bot@1"), timeout_s=30, what="bot@1 gone")
+
+            # A version vLLM cannot take: refused before loading, reported, bot@2 stays.
+            await reg.publish("bot", adapters / "bad-rank")
+            await eventually(lambda: _failed(reg, "rank_too_large"), timeout_s=30,
+                             what="failure reported")
+            assert (await complete(client, "bot"))[:2] == (200, "bot@2")
+
+            # The watched folder is served too, and a change in it is a new version.
+            assert (await complete(client, "local"))[:2] == (200, "local@1")
+            shutil.copy(adapters / "a5" / "adapter_model.safetensors",
+                        watch / "local" / "adapter_model.safetensors")
+            await eventually(lambda: _serves(client, "local", "local@2"), timeout_s=30,
+                             what="local@2 serving")
+
+            # Drift: unloaded by hand; the periodic resync reloads the pinned version.
+            await vllm.unload("bot@2")
+            await eventually(lambda: _has(vllm, "bot@2"), timeout_s=30, what="bot@2 back")
+
+            # Staged shutdown: a running stream finishes, new requests get 503.
+            chunks = await _stream_across_shutdown(client, agent)
+            assert chunks[-1] == "data: [DONE]" and len(chunks) > 20
+        await asyncio.wait_for(run, 30)
+    await vllm.aclose()
+
+
+async def _stream_across_shutdown(client: httpx.AsyncClient, agent: Agent) -> list[str]:
+    # Seconds of generation, well inside the 15 s grace: had the stream ended before
+    # stop() (120 tokens could, all out at once), the agent would be gone, not refusing.
+    body = {"model": "cold", "prompt": "once upon", "max_tokens": 1000, "temperature": 0,
+            "stream": True, "ignore_eos": True}
+    chunks: list[str] = []
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        lines = response.aiter_lines()
+        async for line in lines:
+            if line:
+                chunks.append(line)
+                break
+        agent.stop()
+        refused = await client.post("/v1/completions", json={"model": "cold", "prompt": "x"})
+        assert refused.status_code == 503, refused.text
+        async for line in lines:
+            if line:
+                chunks.append(line)
+    return chunks
+
+
+async def _serves(client: httpx.AsyncClient, model: str, name: str) -> bool:
+    status, served, _text = await complete(client, model)
+    return status == 200 and served == name
+
+
+async def _has(vllm: VllmClient, name: str) -> bool:
+    return name in await vllm.loaded()
+
+
+async def _lacks(vllm: VllmClient, name: str) -> bool:
+    return name not in await vllm.loaded()
+
+
+async def _failed(reg: ServedRegistry, code: str) -> bool:
+    status = await reported(reg, "gpu-1")
+    return status is not None and any(f["code"] == code for f in status["failures"])

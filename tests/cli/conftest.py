@@ -1,0 +1,149 @@
+"""A real ``loraplane registry serve`` subprocess on the embedded default, and a CLI runner.
+
+The registry runs exactly as an operator would start it: SQLite, local blobs and an
+embedded nats-server under a temporary data dir, on free ports. Every CLI call is a
+subprocess too, reading the admin token from that data dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loraplane.embedded_nats import die_with_parent_hook
+from loraplane.netutil import free_ports
+
+CLI = (sys.executable, "-m", "loraplane.cli")
+START_TIMEOUT_S = 90.0
+CALL_TIMEOUT_S = 120.0
+# The nats-server binary may be named explicitly on some machines; nothing else leaks in.
+KEPT_ENV = ("LORAPLANE_NATS_SERVER",)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without LORAPLANE_* settings that would change what is tested."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LORAPLANE_") or k in KEPT_ENV}
+    env.pop("COLUMNS", None)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Result:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    def __str__(self) -> str:
+        return (f"loraplane {' '.join(self.args)} -> {self.returncode}\n"
+                f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}")
+
+
+@dataclass
+class ServedRegistry:
+    url: str
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return clean_env(**{"LORAPLANE_REGISTRY": self.url,
+                            "LORAPLANE_DATA_DIR": str(self.data_dir), **extra})
+
+    def run(self, *args: str, expect: int | None = 0, **env: str) -> Result:
+        """``loraplane ARGS`` against this registry; fails the test on another exit code."""
+        done = subprocess.run([*CLI, *args], capture_output=True, text=True,
+                              timeout=CALL_TIMEOUT_S, env=self.env(**env), check=False)
+        result = Result(args, done.returncode, done.stdout, done.stderr)
+        if expect is not None:
+            assert result.returncode == expect, str(result)
+        assert "Traceback" not in result.stderr, str(result)
+        return result
+
+    def get(self, url: str) -> Any:
+        token = (self.data_dir / "admin-token").read_text().strip()
+        response = httpx.get(self.url + url, headers={"Authorization": f"Bearer {token}"})
+        response.raise_for_status()
+        return response.json()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _wait_ready(served: ServedRegistry) -> str | None:
+    """None once the registry answers and its admin token exists; else why it never did."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if served.process.poll() is not None:
+            return f"exited with {served.process.returncode}"
+        try:
+            if httpx.get(served.url + "/readyz", timeout=2).status_code == 200 and \
+                    (served.data_dir / "admin-token").exists():
+                return None
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    return f"not ready after {START_TIMEOUT_S}s"
+
+
+def _stop(process: subprocess.Popen[bytes]) -> int:
+    """Ctrl-C, as an operator would; a registry that ignores it is killed."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
+def start_registry(root: Path, attempt: int) -> tuple[ServedRegistry, str | None]:
+    port, nats_port = free_ports(2)
+    data_dir = root / f"data-{attempt}"
+    log_path = root / f"serve-{attempt}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*CLI, "registry", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=clean_env(LORAPLANE_EMBEDDED_NATS_PORT=str(nats_port)),
+            preexec_fn=die_with_parent_hook(),  # noqa: PLW1509 - only a prctl call
+        )
+    served = ServedRegistry(f"http://127.0.0.1:{port}", data_dir, log_path, process)
+    return served, _wait_ready(served)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedRegistry]:
+    root = tmp_path_factory.mktemp("cli-e2e")
+    failure: str | None = "never started"
+    for attempt in range(3):
+        registry, failure = start_registry(root, attempt)
+        if failure is None:
+            break
+        _stop(registry.process)
+        # A free port can be taken between choosing it and binding it: try new ones.
+        if "address already in use" not in registry.log():
+            pytest.fail(f"loraplane registry serve {failure}:\n{registry.log()}", pytrace=False)
+    else:
+        pytest.fail(f"loraplane registry serve {failure}:\n{registry.log()}", pytrace=False)
+    try:
+        yield registry
+    finally:
+        code = _stop(registry.process)
+        assert code == 0, f"registry serve exited with {code} on Ctrl-C:\n{registry.log()}"

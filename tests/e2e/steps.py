@@ -1,0 +1,147 @@
+"""Steps the end-to-end tests share: reference outputs, waiting for a version, vLLM's list.
+
+Output comparisons never run a base-model request beside adapter requests: the CPU
+engine can get base requests wrong in a mixed batch (docs/vllm.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.openai_client import Completion, OpenAIClient, Unexpected, eventually
+from tests.support.registry_api import RegistryApi
+from tests.support.relay import PausableRelay
+
+# Streams that must stay in flight go through a PausableRelay (tests/support/relay.py)
+# between the agent and vLLM, which holds back the rest of any answer to a prompt with
+# HOLD_MARKER after its first event, until the test releases it. Their length is then
+# no bet on the machine's speed; modest lengths also keep vLLM's API server responsive
+# (tens of thousands of tokens made it answer other requests in seconds).
+HOLD_MARKER = "[held by the relay]"
+HELD_PROMPT = f"The registry publishes {HOLD_MARKER}"
+LONG_TOKENS = 1500
+FLEET_CONTEXT = 2048  # the prompt and LONG_TOKENS
+
+
+async def vllm_models(vllm_url: str, http: httpx.AsyncClient | None = None) -> set[str]:
+    """The names vLLM serves right now (adapters and the base model). Busy generating,
+    its API server can take many seconds to answer, hence the long timeout."""
+    async with contextlib.AsyncExitStack() as stack:
+        if http is None:
+            http = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+        response = await http.get(f"{vllm_url}/v1/models")
+        response.raise_for_status()
+        return {entry["id"] for entry in response.json()["data"]}
+
+
+async def direct(vllm: OpenAIClient, folder: Path, *, stream: bool = False,
+                 **request: Any) -> Completion:
+    """What vLLM itself answers for the adapter in ``folder``, loaded under a name of its
+    own (no agent involved), then unloaded again."""
+    name = f"direct-{secrets.token_hex(4)}"
+    loaded = await vllm.http.post("/v1/load_lora_adapter",
+                                  json={"lora_name": name, "lora_path": str(folder)})
+    assert loaded.status_code == 200, loaded.text
+    try:
+        result = await (vllm.stream(name, **request) if stream
+                        else vllm.complete(name, **request))
+    finally:
+        unloaded = await vllm.http.post("/v1/unload_lora_adapter", json={"lora_name": name})
+        assert unloaded.status_code == 200, unloaded.text
+    # Empty text from 16 greedy tokens means NaN logits (token 0 is a special token):
+    # a broken server, and references from it would prove nothing.
+    assert result.ok and result.text, result
+    return result
+
+
+async def served_by(client: OpenAIClient, model: str, version_name: str, *,
+                    timeout_s: float = 30.0, texts: Mapping[str, str] | None = None,
+                    **request: Any) -> Completion:
+    """Ask ``model`` until ``version_name`` answers; that answer.
+
+    With ``texts`` (versioned name -> its reference output), every answer on the way
+    must succeed and be exactly its version's output: a swap fails no request and
+    mixes no weights.
+    """
+
+    async def check() -> Completion | None:
+        result = await client.complete(model, **request)
+        if texts is not None and not (result.ok and result.adapter is not None
+                                      and texts.get(result.adapter) == result.text):
+            raise Unexpected(f"{model} answered {result} on the way to {version_name}")
+        return result if result.ok and result.adapter == version_name else None
+
+    return await eventually(check, timeout_s=timeout_s,
+                            what=f"{model} served by {version_name} at {client.base_url}")
+
+
+async def publish(api: RegistryApi, name: str, folder: Path, **kwargs: Any) -> int:
+    """Push ``folder`` as a new version of ``name`` (made if needed); its number."""
+    pushed = await api.push(name, folder, **kwargs)
+    assert pushed["created"], pushed
+    version: int = pushed["version"]
+    return version
+
+
+async def new_adapter(api: RegistryApi, name: str, folder: Path) -> int:
+    await api.create_adapter(name)
+    return await publish(api, name, folder)
+
+
+@contextlib.contextmanager
+def relay_to(vllm_url: str) -> Iterator[PausableRelay]:
+    """A relay to ``vllm_url`` that holds marked answers (an agent is pointed at it)."""
+    with PausableRelay(vllm_url, HOLD_MARKER.encode()) as relay:
+        yield relay
+
+
+class HeldStream:
+    """A stream through the agent whose answer the relay holds after its first text,
+    until ``release``; then it runs to its natural end."""
+
+    def __init__(self, client: OpenAIClient, model: str, relay: PausableRelay) -> None:
+        self.first_chunk = asyncio.Event()
+        self.relay = relay
+        relay.hold()
+        self.task = asyncio.create_task(client.stream(
+            model, prompt=HELD_PROMPT, max_tokens=LONG_TOKENS,
+            first_chunk=self.first_chunk))
+
+    async def started(self, timeout_s: float = 30.0) -> None:
+        """Wait for the first text: the request then holds its lease on the version."""
+        first = asyncio.create_task(self.first_chunk.wait())
+        await asyncio.wait({first, self.task}, timeout=timeout_s,
+                           return_when=asyncio.FIRST_COMPLETED)
+        first.cancel()
+        assert self.first_chunk.is_set(), (
+            self.task.result() if self.task.done() else "no text within the time")
+        assert self.relay.held_connections >= 1, "the relay saw no marked request"
+
+    def running(self) -> bool:
+        return not self.task.done()
+
+    async def release(self, timeout_s: float = 120.0) -> Completion:
+        """Let the answer flow on; the whole stream, once it has ended."""
+        self.relay.release()
+        return await asyncio.wait_for(self.task, timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def held_stream(client: OpenAIClient, model: str,
+                      relay: PausableRelay) -> AsyncIterator[HeldStream]:
+    """A held stream that never outlives the block, however the test ends."""
+    held = HeldStream(client, model, relay)
+    try:
+        yield held
+    finally:
+        relay.release()
+        held.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await held.task

@@ -1,0 +1,88 @@
+"""An agent restart, a vLLM restart and a NATS outage during a push each end in the
+desired state."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.e2e.conftest import AgentVariant
+from tests.e2e.steps import direct, new_adapter, publish, served_by, vllm_models
+from tests.support.fleet import Fleet
+from tests.support.openai_client import OpenAIClient, eventually
+from tests.support.registry_api import RegistryApi
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
+
+
+async def test_agent_restart_picks_up_a_push_it_missed(
+        fleet: Fleet, api: RegistryApi, agent_a: OpenAIClient, vllm_a: OpenAIClient,
+        unique: str) -> None:
+    name, vllm_url = f"restart-{unique}", fleet.vllms["a"].url
+    await new_adapter(api, name, fleet.adapter_dir("a1"))
+    await served_by(agent_a, name, f"{name}@1")
+    v2_text = (await direct(vllm_a, fleet.adapter_dir("a2"))).text
+
+    agent = fleet.agents["a"]
+    assert agent.stop() == 0, agent.process.tail()
+    assert await publish(api, name, fleet.adapter_dir("a2")) == 2
+    assert f"{name}@1" in await vllm_models(vllm_url)  # the stopped agent's leftover
+    agent.restart()
+
+    served = await served_by(agent_a, name, f"{name}@2")
+    assert served.text == v2_text
+    # The new run unloads what the old one left behind and is not desired any more.
+    names = await vllm_models(vllm_url)
+    assert f"{name}@1" not in names and f"{name}@2" in names
+
+
+async def test_vllm_restart_reloads_the_pinned_version_and_serves_again(
+        fleet: Fleet, api: RegistryApi, agent_a: OpenAIClient, vllm_a: OpenAIClient,
+        agent_a_variant: AgentVariant, unique: str) -> None:
+    name, server = f"pinned-{unique}", fleet.vllms["a"]
+    pinned = f"{name}@1"
+    await new_adapter(api, name, fleet.adapter_dir("a3"))
+    reference = (await direct(vllm_a, fleet.adapter_dir("a3"))).text
+    agent_a_variant.restart(fleet.agents["a"].variant(pins=(name,)))
+    assert pinned in await vllm_models(server.url)  # pinned: loaded before any request
+
+    server.stop()
+    down = await agent_a.complete(name)
+    assert down.status == 503 and down.error is not None, down
+    assert down.error["code"] == "vllm_unavailable"
+    server.start()
+    ready_s = await asyncio.to_thread(server.wait_ready, 300)
+    print(f"\nvLLM restarted in {ready_s:.1f}s")
+
+    async def reloaded() -> bool:
+        return pinned in await vllm_models(server.url)
+
+    # The periodic resync notices that vLLM lost it and loads it again, unasked.
+    await eventually(reloaded, timeout_s=30, what=f"{pinned} loaded again after the restart")
+    served = await agent_a.complete(name)
+    assert (served.adapter, served.text) == (pinned, reference)
+
+
+async def test_nats_outage_during_a_push_is_caught_up(
+        fleet: Fleet, api: RegistryApi, agent_a: OpenAIClient, agent_b: OpenAIClient,
+        vllm_a: OpenAIClient, unique: str) -> None:
+    name = f"outage-{unique}"
+    agents = {"a": agent_a, "b": agent_b}
+    await new_adapter(api, name, fleet.adapter_dir("a4"))
+    for client in agents.values():
+        await served_by(client, name, f"{name}@1")
+    v2_text = (await direct(vllm_a, fleet.adapter_dir("a5"))).text
+
+    fleet.nats.stop()
+    try:
+        assert await publish(api, name, fleet.adapter_dir("a5")) == 2
+        await asyncio.sleep(2)
+        # agent-b does not resync on a timer: without the stream it cannot know yet.
+        still = await agent_b.complete(name)
+        assert still.adapter == f"{name}@1", still
+    finally:
+        fleet.nats.start()
+    for host, client in agents.items():
+        served = await served_by(client, name, f"{name}@2", timeout_s=60)
+        assert served.text == v2_text, host

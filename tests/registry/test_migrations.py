@@ -1,0 +1,184 @@
+"""Alembic migrations on real SQLite and Postgres databases, and the start-up check.
+
+The migrations must build exactly the schema the models describe (autogenerate finds
+nothing to do), tear it down completely, and build it again. A registry on a shared
+database never migrates it behind the operator's back: it refuses to start until
+``loraplane registry migrate`` has run. The embedded default migrates itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from click.testing import CliRunner
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection
+
+from loraplane.cli.main import cli
+from registry_service.app import create_app
+from registry_service.db import migrate
+from registry_service.db.engine import Database
+from registry_service.db.migrate import DatabaseNotMigrated
+from registry_service.db.models import Base
+from registry_service.settings import RegistrySettings
+from tests.support.registry import RegistryHarness
+from tests.support.services import NatsService, PostgresDatabase, ServiceStartError
+
+APP_TABLES = set(Base.metadata.tables)
+VERSION_TABLE = "alembic_version"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty database of each kind: a SQLite file, or a fresh Postgres database."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'registry.db'}"
+        return
+    pg = PostgresDatabase()
+    try:
+        await pg.create()
+    except ServiceStartError as exc:
+        pytest.fail(f"a required service could not be started:\n{exc}", pytrace=False)
+    try:
+        yield pg.async_url
+    finally:
+        await pg.drop()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url)
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+def _tables(connection: Connection) -> set[str]:
+    return set(inspect(connection).get_table_names())
+
+
+def _schema_diff(connection: Connection) -> list[Any]:
+    # The options migrations/env.py runs autogenerate with.
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    diff: list[Any] = compare_metadata(context, Base.metadata)
+    return diff
+
+
+async def tables(db: Database) -> set[str]:
+    async with db.engine.connect() as conn:
+        return await conn.run_sync(_tables)
+
+
+async def schema_diff(db: Database) -> list[Any]:
+    async with db.engine.connect() as conn:
+        return await conn.run_sync(_schema_diff)
+
+
+async def assert_at_head(db: Database) -> None:
+    assert await migrate.current_revision(db) == migrate.head_revision()
+    assert await tables(db) >= APP_TABLES
+    diff = await schema_diff(db)
+    assert diff == [], f"the migrations and the models disagree: {diff}"
+    await migrate.ensure_at_head(db)
+
+
+async def test_upgrade_downgrade_upgrade(db: Database) -> None:
+    assert await tables(db) == set()
+    assert await migrate.current_revision(db) is None
+
+    await migrate.upgrade(db)
+    await assert_at_head(db)
+
+    await migrate.downgrade(db, "base")
+    assert await tables(db) - {VERSION_TABLE} == set(), "downgrade left application tables"
+    assert await migrate.current_revision(db) is None
+    with pytest.raises(DatabaseNotMigrated):
+        await migrate.ensure_at_head(db)
+
+    await migrate.upgrade(db)
+    await assert_at_head(db)
+    # Upgrading a database at head changes nothing.
+    await migrate.upgrade(db)
+    await assert_at_head(db)
+
+
+async def test_schema_diff_sees_a_missing_table(db: Database) -> None:
+    """The autogenerate comparison above can fail: it notices a table the models lack."""
+    await migrate.upgrade(db)
+    async with db.engine.begin() as conn:
+        await conn.exec_driver_sql("DROP TABLE alias_moves")
+    diff = await schema_diff(db)
+    assert any(op[0] == "add_table" and op[1].name == "alias_moves" for op in diff), diff
+
+
+def _settings(database_url: str, data_dir: Path, nats: NatsService,
+              **extra: Any) -> RegistrySettings:
+    return RegistrySettings(data_dir=data_dir, database_url=database_url, nats_url=nats.url,
+                            **extra)
+
+
+async def test_registry_refuses_an_unmigrated_database(
+    database_url: str, db: Database, tmp_path: Path, nats: NatsService,
+) -> None:
+    settings = _settings(database_url, tmp_path / "data", nats, auto_migrate=False)
+    assert not settings.should_auto_migrate
+    app = create_app(settings)
+    with pytest.raises(DatabaseNotMigrated) as refused:
+        async with app.router.lifespan_context(app):
+            raise AssertionError("the registry started on an unmigrated database")
+    message = str(refused.value)
+    assert "loraplane registry migrate" in message
+    assert migrate.head_revision() in message
+    assert refused.value.detail == {"current": None, "head": migrate.head_revision()}
+    # Refusing touched nothing: no tables, no revision.
+    assert await tables(db) - {VERSION_TABLE} == set()
+    assert await migrate.current_revision(db) is None
+
+    # The command the message names fixes it (CliRunner in a thread: it runs its own loop).
+    result = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["registry", "migrate", "--database-url", database_url])
+    assert result.exit_code == 0, result.output
+    assert "-> " + migrate.head_revision() in result.output
+    await assert_at_head(db)
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        assert app.state.ctx.db.url == settings.effective_database_url
+
+
+async def test_registry_refuses_a_database_behind_head(
+    database_url: str, db: Database, tmp_path: Path, nats: NatsService,
+) -> None:
+    """A shared database (database_url set) is not migrated by default either."""
+    await migrate.upgrade(db)
+    await migrate.downgrade(db, "base")
+    settings = _settings(database_url, tmp_path / "data", nats)
+    assert settings.auto_migrate is None and not settings.should_auto_migrate
+    app = create_app(settings)
+    with pytest.raises(DatabaseNotMigrated, match="loraplane registry migrate"):
+        async with app.router.lifespan_context(app):
+            raise AssertionError("the registry started on a database behind head")
+    assert await migrate.current_revision(db) is None
+
+    # auto_migrate=True is the explicit opt-in for a shared database.
+    app = create_app(_settings(database_url, tmp_path / "data", nats, auto_migrate=True))
+    async with app.router.lifespan_context(app):
+        pass
+    await assert_at_head(db)
+
+
+async def test_embedded_default_migrates_itself(embedded_registry: RegistryHarness) -> None:
+    settings = embedded_registry.settings
+    assert settings.database_url is None and settings.should_auto_migrate
+    db_file = settings.data_dir / "registry.db"
+    assert db_file.is_file()
+    await assert_at_head(embedded_registry.ctx.db)
+    response = await embedded_registry.client.get("/readyz")
+    assert response.status_code == 200, response.text

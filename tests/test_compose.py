@@ -1,0 +1,582 @@
+"""compose.yaml and the Dockerfile, checked without a Docker engine.
+
+No engine runs on these machines, so the files are checked for what an engine would
+find only at run time: every ``LORAPLANE_*`` variable is a real setting
+(``RegistrySettings``, or ``AgentSettings`` for the agent), the registry gets a complete
+Postgres + S3 + NATS configuration that ``RegistrySettings`` accepts, every dependency
+exists and is healthy (or has completed) before the registry starts, and every command
+the image runs is a real ``loraplane`` command. When a Compose CLI
+is installed (``docker compose`` or Debian's ``docker-compose``; ``scripts/ci-tools.sh``
+installs the latter) it validates the file too.
+
+Each check returns a list of problems; the last tests feed broken copies to the checks
+to show that they fail. The inference side (vLLM and the agent) is checked in
+``test_compose_agent.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+import pytest
+import yaml
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+from inference_agent.settings import AgentSettings
+from loraplane.cli.main import cli
+from registry_service.settings import RegistrySettings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "compose.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+PYPROJECT = ROOT / "pyproject.toml"
+
+PREFIX = "LORAPLANE_"
+# What the registry needs to run on Postgres + S3 + NATS instead of the embedded default.
+REQUIRED_REGISTRY_ENV = (
+    "LORAPLANE_DATABASE_URL", "LORAPLANE_S3_ENDPOINT", "LORAPLANE_S3_BUCKET",
+    "LORAPLANE_S3_ACCESS_KEY", "LORAPLANE_S3_SECRET_KEY", "LORAPLANE_NATS_URL",
+    "LORAPLANE_ADMIN_TOKEN",
+)
+HEALTHCHECKED = ("postgres", "nats", "minio", "registry")
+# The probe each healthcheck must make.
+PROBES = {
+    "postgres": "pg_isready",
+    "nats": "/healthz?js-enabled-only=true",
+    "minio": "/minio/health/live",
+    "registry": "/readyz",
+}
+ONE_SHOTS = ("migrate",)
+
+Compose = dict[str, Any]
+
+
+def load_compose() -> Compose:
+    data = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(data, dict), "compose.yaml is not a mapping"
+    return data
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::?-(?P<default>[^}]*))?\}")
+
+
+def interpolate(value: str, env: dict[str, str] | None = None) -> str:
+    """Compose's ``${VAR:-default}`` with ``env`` (not the caller's environment) and ``$$``."""
+    env = env or {}
+
+    def one(match: re.Match[str]) -> str:
+        name, default = match["name"], match["default"]
+        if name in env:
+            return env[name]
+        if default is None:
+            raise ValueError(f"${{{name}}} has no default: `docker compose up` needs it set")
+        return default
+
+    return _VARIABLE.sub(one, value).replace("$$", "$")
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment as a mapping (Compose allows a mapping or a list)."""
+    raw = service.get("environment") or {}
+    if isinstance(raw, list):
+        pairs = (item.split("=", 1) if "=" in item else (item, "") for item in raw)
+        return {k: v for k, v in pairs}
+    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, str]:
+    """Dependency name -> condition (the short list form means service_started)."""
+    raw = service.get("depends_on") or {}
+    if isinstance(raw, list):
+        return {str(name): "service_started" for name in raw}
+    return {str(name): str((spec or {}).get("condition", "service_started"))
+            for name, spec in raw.items()}
+
+
+def setting_fields(settings: type[BaseSettings] = RegistrySettings) -> set[str]:
+    prefix = str(settings.model_config.get("env_prefix", ""))
+    assert prefix == PREFIX, f"{settings.__name__} reads {prefix!r}, this test expects {PREFIX!r}"
+    return {prefix + name.upper() for name in settings.model_fields}
+
+
+def runs_agent(service: dict[str, Any]) -> bool:
+    """The service runs `loraplane agent` (whose settings are AgentSettings)."""
+    return "build" in service and (service_command(service) or [""])[0] == "agent"
+
+
+def healthcheck_text(service: dict[str, Any]) -> str | None:
+    check = service.get("healthcheck")
+    if not check or check.get("disable"):
+        return None
+    test = check.get("test")
+    if isinstance(test, list):
+        if not test or test[0] == "NONE":
+            return None
+        return " ".join(str(part) for part in test[1:])
+    return str(test) if test else None
+
+
+def service_command(service: dict[str, Any]) -> list[str] | None:
+    command = service.get("command")
+    if command is None:
+        return None
+    return shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+
+
+def loraplane_services(compose: Compose) -> dict[str, dict[str, Any]]:
+    """Services that run the image built from this repository's Dockerfile."""
+    return {name: svc for name, svc in compose["services"].items() if "build" in svc}
+
+
+class ComposeSettings(RegistrySettings):
+    """RegistrySettings from keyword arguments only: nothing of the test machine leaks in."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def registry_settings_from(compose: Compose) -> RegistrySettings:
+    """The settings the registry container would start with (local defaults only)."""
+    env = {k: interpolate(v) for k, v in environment(compose["services"]["registry"]).items()}
+    values: dict[str, Any] = {k[len(PREFIX):].lower(): v for k, v in env.items()
+                              if k.startswith(PREFIX)}
+    return ComposeSettings(**values)
+
+
+# --- Dockerfile -------------------------------------------------------------------------
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with continuation lines joined and comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        keyword, _, rest = line.partition(" ")
+        instructions.append((keyword.upper(), rest.strip()))
+    return instructions
+
+
+def exec_form(arguments: str) -> list[str]:
+    """ENTRYPOINT/CMD arguments; only the JSON (exec) form passes signals to the server."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not the JSON exec form: {arguments}") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"not a list of strings: {arguments}")
+    return value
+
+
+def final_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    starts = [i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM"]
+    return instructions[starts[-1]:] if starts else []
+
+
+def image_argv(instructions: list[tuple[str, str]], command: list[str] | None = None
+               ) -> list[str]:
+    """What a container of the final stage runs: ENTRYPOINT + (``command`` or CMD)."""
+    entrypoint: list[str] = []
+    cmd: list[str] = []
+    for keyword, arguments in final_stage(instructions):
+        if keyword == "ENTRYPOINT":
+            entrypoint = exec_form(arguments)
+        elif keyword == "CMD":
+            cmd = exec_form(arguments)
+    return entrypoint + (command if command is not None else cmd)
+
+
+def console_script() -> tuple[str, str]:
+    scripts = tomllib.loads(PYPROJECT.read_text())["project"]["scripts"]
+    assert len(scripts) == 1, scripts
+    [(name, target)] = scripts.items()
+    return str(name), str(target)
+
+
+def cli_problems(argv: list[str]) -> list[str]:
+    """Problems with running ``argv`` in the image: the program and the click command."""
+    script, target = console_script()
+    if target != "loraplane.cli.main:main":
+        return [f"the console script points at {target}, the test checks loraplane.cli.main"]
+    if not argv or argv[0] != script:
+        return [f"{argv} does not run the `{script}` console script"]
+    command: click.Command = cli
+    ctx = click.Context(cli, info_name=script)
+    rest = argv[1:]
+    while isinstance(command, click.Group):
+        if not rest or rest[0].startswith("-"):
+            return [f"{shlex.join(argv)}: no subcommand of `{ctx.command_path}` given"]
+        name, rest = rest[0], rest[1:]
+        sub = command.get_command(ctx, name)
+        if sub is None:
+            return [f"{shlex.join(argv)}: `{ctx.command_path}` has no command {name!r}"]
+        command = sub
+        ctx = click.Context(command, info_name=name, parent=ctx)
+    try:
+        # Parses the options exactly as the CLI would, without running anything.
+        command.make_context(ctx.info_name, list(rest), parent=ctx.parent)
+    except click.ClickException as exc:
+        return [f"{shlex.join(argv)}: {exc.format_message()}"]
+    return []
+
+
+# --- the checks -------------------------------------------------------------------------
+
+
+def env_problems(compose: Compose) -> list[str]:
+    problems = []
+    for name, service in compose["services"].items():
+        settings = AgentSettings if runs_agent(service) else RegistrySettings
+        fields = setting_fields(settings)
+        for key in environment(service):
+            if key.startswith(PREFIX) and key not in fields:
+                problems.append(f"{name}: {key} is not a {settings.__name__} field")
+    registry = environment(compose["services"].get("registry", {}))
+    for key in REQUIRED_REGISTRY_ENV:
+        if not registry.get(key):
+            problems.append(f"registry: {key} is not set")
+    return problems
+
+
+def settings_problems(compose: Compose) -> list[str]:
+    """The registry's environment, as RegistrySettings reads it, describes production."""
+    try:
+        settings = registry_settings_from(compose)
+    except (ValidationError, ValueError) as exc:
+        return [f"registry: its environment is refused: {exc}"]
+    problems = []
+    services = compose["services"]
+    if settings.is_sqlite:
+        problems.append("registry: runs on SQLite, not Postgres")
+    if settings.should_auto_migrate:
+        problems.append("registry: migrates a shared database itself; `migrate` does that")
+    if settings.blob_kind != "s3":
+        problems.append("registry: stores blobs locally, not in S3")
+    if settings.uses_embedded_nats:
+        problems.append("registry: runs its own NATS instead of the nats service")
+    if settings.admin_token is None:
+        problems.append("registry: no admin token, nobody could use the API")
+    for url, service in ((settings.database_url, "postgres"), (settings.s3_endpoint, "minio"),
+                         (settings.nats_url, "nats")):
+        host = urlsplit(url or "").hostname
+        if host != service or service not in services:
+            problems.append(f"registry: {url} does not point at the {service} service")
+    token = environment(services.get("registry", {})).get("LORAPLANE_ADMIN_TOKEN", "")
+    if not token.startswith("${LORAPLANE_ADMIN_TOKEN"):
+        problems.append("registry: LORAPLANE_ADMIN_TOKEN must come from the environment")
+    for name in ONE_SHOTS:
+        url = environment(services.get(name, {})).get("LORAPLANE_DATABASE_URL")
+        wanted = environment(services.get("registry", {})).get("LORAPLANE_DATABASE_URL")
+        if url != wanted:
+            problems.append(f"{name}: migrates {url}, the registry uses {wanted}")
+    return problems + credential_problems(compose, settings)
+
+
+def credential_problems(compose: Compose, settings: RegistrySettings) -> list[str]:
+    """The registry's credentials are the ones the postgres and minio services create."""
+    services = compose["services"]
+    problems = []
+    pg = {k: interpolate(v) for k, v in environment(services.get("postgres", {})).items()}
+    url = urlsplit(settings.database_url or "")
+    if (url.username, url.password, url.path.lstrip("/")) != (
+            pg.get("POSTGRES_USER"), pg.get("POSTGRES_PASSWORD"), pg.get("POSTGRES_DB")):
+        problems.append("registry: LORAPLANE_DATABASE_URL does not match the postgres service")
+    minio = {k: interpolate(v) for k, v in environment(services.get("minio", {})).items()}
+    access = settings.s3_access_key.get_secret_value() if settings.s3_access_key else None
+    secret = settings.s3_secret_key.get_secret_value() if settings.s3_secret_key else None
+    if (access, secret) != (minio.get("MINIO_ROOT_USER"), minio.get("MINIO_ROOT_PASSWORD")):
+        problems.append("registry: the S3 keys are not the minio service's credentials")
+    creates = [name for name, svc in services.items()
+               if settings.s3_bucket and settings.s3_bucket
+               in {interpolate(v) for v in environment(svc).values()}
+               and "mc mb" in json.dumps(svc.get("command", ""))]
+    if not settings.s3_create_bucket and not creates:
+        problems.append(f"registry: nothing creates the bucket {settings.s3_bucket!r}")
+    return problems
+
+
+def dependency_problems(compose: Compose) -> list[str]:
+    services = compose["services"]
+    problems = []
+    for name, service in services.items():
+        for target, condition in depends_on(service).items():
+            if target not in services:
+                problems.append(f"{name}: depends on {target!r}, which is not a service")
+            elif condition == "service_healthy" and healthcheck_text(services[target]) is None:
+                problems.append(f"{name}: waits for {target} to be healthy; it has no healthcheck")
+    registry = depends_on(services.get("registry", {}))
+    for target in ("postgres", "nats", "minio"):
+        if registry.get(target) != "service_healthy":
+            problems.append(f"registry: does not wait for {target} to be healthy")
+    for target in ONE_SHOTS:
+        if registry.get(target) != "service_completed_successfully":
+            problems.append(f"registry: does not wait for {target} to complete")
+    if depends_on(services.get("migrate", {})).get("postgres") != "service_healthy":
+        problems.append("migrate: does not wait for postgres to be healthy")
+    return problems + cycle_problems(services)
+
+
+def cycle_problems(services: dict[str, Any]) -> list[str]:
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        if state.get(name) == "done" or name not in services:
+            return []
+        if state.get(name) == "active":
+            return [f"dependency cycle: {' -> '.join([*path, name])}"]
+        state[name] = "active"
+        found = [p for dep in depends_on(services[name]) for p in visit(dep, [*path, name])]
+        state[name] = "done"
+        return found
+
+    return [p for name in services for p in visit(name, [])]
+
+
+def healthcheck_problems(compose: Compose) -> list[str]:
+    services = compose["services"]
+    problems = []
+    for name in HEALTHCHECKED:
+        text = healthcheck_text(services.get(name, {}))
+        if text is None:
+            problems.append(f"{name}: no healthcheck")
+        elif PROBES[name] not in text:
+            problems.append(f"{name}: the healthcheck does not probe {PROBES[name]}")
+    nats = services.get("nats", {})
+    args = service_command(nats) or []
+    if not {"-js", "--jetstream"} & set(args):
+        problems.append("nats: JetStream is not enabled (-js)")
+    monitor = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-m", "--http_port")]
+    nats_check = healthcheck_text(nats) or ""
+    if not monitor or f":{monitor[0]}/healthz" not in nats_check:
+        problems.append("nats: the healthcheck does not use the monitoring port (-m)")
+    registry = services.get("registry", {})
+    port = environment(registry).get("LORAPLANE_PORT", "8080")
+    if f":{port}/readyz" not in (healthcheck_text(registry) or ""):
+        problems.append(f"registry: the healthcheck does not probe port {port}")
+    if not any(str(p).endswith(f":{port}") for p in registry.get("ports", [])):
+        problems.append(f"registry: container port {port} is not published")
+    return problems
+
+
+def image_problems(compose: Compose) -> list[str]:
+    """The Dockerfile builds the CLI image, and every command run in it is a real command."""
+    instructions = dockerfile_instructions(DOCKERFILE.read_text())
+    problems = []
+    bases = [args.split()[0] for keyword, args in instructions if keyword == "FROM"]
+    if not bases or bases[-1] != "python:3.11-slim":
+        problems.append(f"Dockerfile: the final image is {bases[-1:]}, not python:3.11-slim")
+    if not any(keyword == "RUN" and re.search(r"pip install (\S+ )*\.(\s|$)", args)
+               for keyword, args in instructions):
+        problems.append("Dockerfile: does not `pip install .`")
+    fields = setting_fields()
+    for keyword, args in final_stage(instructions):
+        if keyword == "ENV":
+            for key in re.findall(r"\b(LORAPLANE_[A-Z0-9_]+)=", args):
+                if key not in fields:
+                    problems.append(f"Dockerfile: ENV {key} is not a RegistrySettings field")
+    try:
+        default = image_argv(instructions)
+    except ValueError as exc:
+        return [*problems, f"Dockerfile: {exc}"]
+    if default[1:3] != ["registry", "serve"] or "0.0.0.0" not in default:
+        problems.append(f"Dockerfile: runs {default}, not `loraplane registry serve "
+                        "--host 0.0.0.0`")
+    problems += [f"Dockerfile: {p}" for p in cli_problems(default)]
+    for name, service in loraplane_services(compose).items():
+        argv = image_argv(instructions, service_command(service))
+        problems += [f"{name}: {p}" for p in cli_problems(argv)]
+        build = service["build"]
+        context = build if isinstance(build, str) else build.get("context", ".")
+        dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile",
+                                                                          "Dockerfile")
+        if (COMPOSE_FILE.parent / context / dockerfile).resolve() != DOCKERFILE:
+            problems.append(f"{name}: builds {context}/{dockerfile}, not this Dockerfile")
+    expected = {"registry": ["registry", "serve"], "migrate": ["registry", "migrate"],
+                "agent": ["agent"]}
+    for name, prefix in expected.items():
+        built = loraplane_services(compose).get(name)
+        argv = image_argv(instructions, service_command(built)) if built else []
+        if argv[1:1 + len(prefix)] != prefix:
+            problems.append(f"{name}: runs {argv}, not `loraplane {' '.join(prefix)}`")
+    return problems
+
+
+def dockerignore_problems() -> list[str]:
+    """The build context holds what `pip install .` needs and none of the bulk."""
+    patterns = {line.strip().rstrip("/") for line in DOCKERIGNORE.read_text().splitlines()
+                if line.strip() and not line.startswith("#")}
+    problems = [f".dockerignore: {p} is not excluded"
+                for p in (".git", ".venv", "tests") if p not in patterns]
+    project = tomllib.loads(PYPROJECT.read_text())
+    needed = ["pyproject.toml", str(project["project"].get("readme", "README.md"))]
+    needed += project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    problems += [f".dockerignore: excludes {p}, which `pip install .` needs"
+                 for p in needed if p in patterns]
+    return problems
+
+
+# --- tests ------------------------------------------------------------------------------
+
+
+def test_every_service_is_declared() -> None:
+    services = load_compose()["services"]
+    assert {"postgres", "nats", "minio", "migrate", "registry", "vllm", "agent"} <= set(services)
+    for name, service in services.items():
+        assert "image" in service or "build" in service, name
+
+
+def test_loraplane_variables_are_real_settings_and_complete() -> None:
+    assert env_problems(load_compose()) == []
+
+
+def test_registry_environment_is_a_valid_production_configuration() -> None:
+    assert settings_problems(load_compose()) == []
+
+
+def test_dependencies_exist_and_are_waited_for() -> None:
+    assert dependency_problems(load_compose()) == []
+
+
+def test_healthchecks_probe_each_service() -> None:
+    assert healthcheck_problems(load_compose()) == []
+
+
+def test_dockerfile_and_commands_match_the_cli() -> None:
+    assert image_problems(load_compose()) == []
+    serve = cli_problems(["loraplane", "registry", "serve", "--host", "0.0.0.0"])
+    assert serve == []
+
+
+def test_dockerignore_keeps_the_context_small_and_complete() -> None:
+    assert dockerignore_problems() == []
+
+
+def _compose_clis() -> list[list[str]]:
+    found = []
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True,
+                                 timeout=30, check=False).returncode == 0:
+        found.append([docker, "compose"])
+    legacy = shutil.which("docker-compose")
+    if legacy:
+        found.append([legacy])
+    return found
+
+
+def test_compose_cli_accepts_the_file() -> None:
+    clis = _compose_clis()
+    if not clis:
+        pytest.fail("no `docker compose` or `docker-compose` here to validate compose.yaml; "
+                    "scripts/ci-tools.sh installs Debian's docker-compose", pytrace=False)
+    for command in clis:
+        result = subprocess.run([*command, "-f", str(COMPOSE_FILE), "config", "-q"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120,
+                                check=False)
+        assert result.returncode == 0, f"{shlex.join(command)} config -q:\n{result.stderr}"
+
+
+# --- the checks can fail ----------------------------------------------------------------
+
+
+def _unknown_variable(c: Compose) -> None:
+    c["services"]["registry"]["environment"]["LORAPLANE_S3_ENDPOINT_URL"] = "http://minio:9000"
+
+
+def _missing_variable(c: Compose) -> None:
+    del c["services"]["registry"]["environment"]["LORAPLANE_NATS_URL"]
+
+
+def _bad_setting(c: Compose) -> None:
+    c["services"]["registry"]["environment"]["LORAPLANE_DATABASE_URL"] = "mysql://u@postgres/db"
+
+
+def _missing_dependency(c: Compose) -> None:
+    c["services"]["registry"]["depends_on"]["objectstore"] = {"condition": "service_healthy"}
+
+
+def _unhealthy_dependency(c: Compose) -> None:
+    del c["services"]["minio"]["healthcheck"]
+
+
+def _started_not_completed(c: Compose) -> None:
+    c["services"]["registry"]["depends_on"]["migrate"] = {"condition": "service_started"}
+
+
+def _wrong_probe(c: Compose) -> None:
+    c["services"]["nats"]["healthcheck"]["test"] = ["CMD", "true"]
+
+
+def _no_jetstream(c: Compose) -> None:
+    c["services"]["nats"]["command"] = ["nats-server", "--http_port", "8222"]
+
+
+def _cycle(c: Compose) -> None:
+    c["services"]["postgres"]["depends_on"] = {"registry": {"condition": "service_healthy"}}
+
+
+def _wrong_command(c: Compose) -> None:
+    c["services"]["registry"]["command"] = ["registry", "server", "--host", "0.0.0.0"]
+
+
+def _unknown_option(c: Compose) -> None:
+    c["services"]["migrate"]["command"] = "registry migrate --to head"
+
+
+def _wrong_credentials(c: Compose) -> None:
+    c["services"]["registry"]["environment"]["LORAPLANE_S3_SECRET_KEY"] = "not-minio's"
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (_unknown_variable, "LORAPLANE_S3_ENDPOINT_URL is not a RegistrySettings field"),
+    (_missing_variable, "LORAPLANE_NATS_URL is not set"),
+    (_bad_setting, "database_url"),
+    (_missing_dependency, "'objectstore', which is not a service"),
+    (_unhealthy_dependency, "minio: no healthcheck"),
+    (_started_not_completed, "does not wait for migrate to complete"),
+    (_wrong_probe, "nats: the healthcheck does not probe"),
+    (_no_jetstream, "JetStream is not enabled"),
+    (_cycle, "dependency cycle"),
+    (_wrong_command, "has no command 'server'"),
+    (_unknown_option, "--to"),
+    (_wrong_credentials, "S3 keys are not the minio service's credentials"),
+])
+def test_checks_catch_a_broken_file(change: Callable[[Compose], None], expected: str) -> None:
+    compose = copy.deepcopy(load_compose())
+    change(compose)
+    problems = (env_problems(compose) + settings_problems(compose)
+                + dependency_problems(compose) + healthcheck_problems(compose)
+                + image_problems(compose))
+    assert any(expected in p for p in problems), problems
+
+
+def test_interpolation_uses_defaults_and_unescapes() -> None:
+    assert interpolate("${A:-x}/${B-y}/$$s") == "x/y/$s"
+    assert interpolate("${A:-x}", {"A": "set"}) == "set"
+    with pytest.raises(ValueError, match=r"\$\{C\} has no default"):
+        interpolate("${C}")
