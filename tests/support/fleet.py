@@ -91,6 +91,9 @@ class RegistryProcess:
     def admin_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin_token}"}
 
+    def metrics(self) -> str:
+        return scrape(self.url)
+
     def migrate(self, timeout_s: float = 120.0) -> None:
         done = subprocess.run(
             [*loraplane_command(), "registry", "migrate"], env=clean_env(self.settings),
@@ -216,9 +219,14 @@ class AgentProcess:
         return replace(self.spec, **changes)
 
     def metrics(self) -> str:
-        response = httpx.get(f"{self.url}/metrics", timeout=10)
-        response.raise_for_status()
-        return response.text
+        return scrape(self.url)
+
+
+def scrape(url: str) -> str:
+    """The Prometheus text a loraplane service serves at ``url``/metrics."""
+    response = httpx.get(f"{url}/metrics", timeout=10)
+    response.raise_for_status()
+    return response.text
 
 
 def metric(text: str, name: str, **labels: str) -> float:
