@@ -45,7 +45,7 @@ from bench.agent_setup import (
     bench_fleet,
     wait_served,
 )
-from bench.common import cpu_seconds, percentile, table
+from bench.common import GaugeSampler, cpu_seconds, percentile, table
 from tests.support.fleet import AgentProcess, Fleet
 from tests.support.openai_client import Completion, OpenAIClient
 from tests.support.registry_api import RegistryApi
@@ -55,6 +55,7 @@ PROMPTS = ("The registry publishes", "An adapter version is", "Every request hol
            "A cold adapter loads", "Routing rules pick")
 WORKLOADS = (("short", 1, False), ("long", 128, False), ("long-streamed", 128, True))
 DIRECT_MODEL = f"{ADAPTER}@1"
+RUNNING = "vllm:num_requests_running"
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Window:
     first_chunk: list[float] = field(default_factory=list)  # streams: time to first text
     failed: list[str] = field(default_factory=list)
     agent_cpu_s: float | None = None
+    vllm_running: float | None = None  # mean of vLLM's num_requests_running, sampled
     texts: dict[str, set[str]] = field(default_factory=dict)  # prompt -> outputs seen
 
 
@@ -91,8 +93,10 @@ async def _one(client: OpenAIClient, model: str, prompt: str, max_tokens: int,
 
 
 async def run_window(client: OpenAIClient, model: str, window: Window, max_tokens: int,
-                     stream: bool, seconds: float, agent_pid: int | None) -> Window:
-    """Closed loops of ``window.concurrency`` clients for ``seconds``."""
+                     stream: bool, seconds: float, agent_pid: int | None,
+                     vllm_metrics: str) -> Window:
+    """Closed loops of ``window.concurrency`` clients for ``seconds``, while vLLM's
+    batch size is sampled from ``vllm_metrics``."""
     deadline = time.monotonic() + seconds
 
     async def loop(worker: int) -> None:
@@ -112,8 +116,10 @@ async def run_window(client: OpenAIClient, model: str, window: Window, max_token
 
     cpu_before = cpu_seconds(agent_pid) if agent_pid is not None else None
     started = time.perf_counter()
-    await asyncio.gather(*(loop(i) for i in range(window.concurrency)))
+    with GaugeSampler(vllm_metrics, RUNNING) as running:
+        await asyncio.gather(*(loop(i) for i in range(window.concurrency)))
     window.seconds = time.perf_counter() - started
+    window.vllm_running = running.mean
     cpu_after = cpu_seconds(agent_pid) if agent_pid is not None else None
     if cpu_before is not None and cpu_after is not None:
         window.agent_cpu_s = cpu_after - cpu_before
@@ -148,13 +154,14 @@ async def measure(fleet: Fleet, adapter_dir: Path, args: argparse.Namespace,
             seconds = args.window if workload[1] == 1 else args.long_window
             for concurrency in args.concurrency:
                 windows += await measure_cell(targets, workload, concurrency, args.rounds,
-                                              seconds)
+                                              seconds, f"{fleet.vllms['a'].url}/metrics")
                 print(f"  {workload[0]}, concurrency {concurrency}: done", file=sys.stderr)
         return windows
 
 
 async def measure_cell(targets: list[Target], workload: tuple[str, int, bool],
-                       concurrency: int, rounds: int, seconds: float) -> list[Window]:
+                       concurrency: int, rounds: int, seconds: float,
+                       vllm_metrics: str) -> list[Window]:
     name, max_tokens, stream = workload
     for target in targets:  # warm every path; not counted
         await _one(target.client, target.model, PROMPTS[0], max_tokens, stream)
@@ -165,7 +172,8 @@ async def measure_cell(targets: list[Target], workload: tuple[str, int, bool],
         for target in order:
             window = Window(target.name, name, concurrency, index + 1)
             windows.append(await run_window(target.client, target.model, window,
-                                            max_tokens, stream, seconds, target.pid))
+                                            max_tokens, stream, seconds, target.pid,
+                                            vllm_metrics))
     return windows
 
 
@@ -178,7 +186,12 @@ def _pooled(windows: list[Window]) -> dict[str, Any]:
             "first_p50": percentile(first, 50) if first else None,
             "failed": sum(len(w.failed) for w in windows),
             "cpu_ms_per_request": sum(w.agent_cpu_s or 0.0 for w in windows) / max(1, done)
-            * 1000}
+            * 1000, "vllm_running": _mean([w.vllm_running for w in windows])}
+
+
+def _mean(values: list[float | None]) -> float | None:
+    seen = [v for v in values if v is not None]
+    return sum(seen) / len(seen) if seen else None
 
 
 def _ratios(mine: list[Window], base: list[Window]) -> list[float]:
@@ -222,6 +235,9 @@ def summarize(windows: list[Window], concurrencies: list[int]) -> list[dict[str,
                     "failed": [mine["failed"], base["failed"]],
                     # The agent's CPU per request it proxied, read from /proc.
                     "agent_cpu_ms_per_request": mine["cpu_ms_per_request"],
+                    # How many requests vLLM ran at once, on average, on each path.
+                    "vllm_running_mean": mine["vllm_running"],
+                    "vllm_running_mean_direct": base["vllm_running"],
                     # Greedy, same weights: 1 per prompt unless vLLM is nondeterministic.
                     "distinct_outputs_per_prompt": outputs,
                     "vllm_distinct_outputs_per_prompt": _distinct_outputs(base_windows)})
@@ -243,12 +259,14 @@ def render(rows: list[dict[str, Any]]) -> str:
              f"{r['p50_ms']:.1f}", f"{r['vllm_p50_ms']:.1f}", f"{r['p50_ratio']:.2f}",
              f"{r['p50_added_ms']:+.1f}", f"{r['p99_ms']:.1f}", f"{r['vllm_p99_ms']:.1f}",
              _fmt(r["first_chunk_p50_ms"]), _fmt(r["vllm_first_chunk_p50_ms"]),
-             f"{r['agent_cpu_ms_per_request']:.2f}", "/".join(map(str, r["requests"])),
+             f"{r['agent_cpu_ms_per_request']:.2f}", _fmt(r["vllm_running_mean"]),
+             _fmt(r["vllm_running_mean_direct"]), "/".join(map(str, r["requests"])),
              "/".join(map(str, r["failed"])),
              max(r["distinct_outputs_per_prompt"].values())] for r in rows]
     return table(["workload", "conc.", "via", "rps", "vLLM rps", "rps ratio", "per round",
                   "p50 ms", "vLLM p50 ms", "p50 ratio", "added ms", "p99 ms", "vLLM p99 ms",
-                  "1st chunk p50", "vLLM 1st chunk", "agent CPU ms/req", "requests",
+                  "1st chunk p50", "vLLM 1st chunk", "agent CPU ms/req", "vLLM batch",
+                  "vLLM batch direct", "requests",
                   "failed", "max outputs/prompt"], body)
 
 

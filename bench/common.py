@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import httpx
 
@@ -130,45 +131,54 @@ class RssSampler:
         return max(self.max_sampled_kb, self.hwm_kb or 0, self.start_kb)
 
 
-class LatencyProbe:
-    """GETs ``url`` every ``interval_s`` in a thread; ``latencies_ms`` of every answer.
+class _Poller:
+    """Calls ``_poll`` every ``interval_s`` in a thread, from ``with`` entry to exit."""
 
-    Run during an upload, it shows whether the registry still answers other requests.
-    """
-
-    def __init__(self, url: str, *, interval_s: float = 0.1) -> None:
+    def __init__(self, url: str, interval_s: float) -> None:
         self.url = url
         self.interval_s = interval_s
-        self.latencies_ms: list[float] = []
-        self.started: list[float] = []  # time.monotonic() when each answered GET was sent
-        self.errors = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> LatencyProbe:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def _run(self) -> None:
         with httpx.Client(timeout=30) as client:
             while not self._stop.wait(self.interval_s):
-                sent, t0 = time.monotonic(), time.perf_counter()
-                try:
-                    client.get(self.url).raise_for_status()
-                except httpx.HTTPError:
-                    self.errors += 1
-                    continue
-                self.latencies_ms.append((time.perf_counter() - t0) * 1000)
-                self.started.append(sent)
+                self._poll(client)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _poll(self, client: httpx.Client) -> None:
+        raise NotImplementedError
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class LatencyProbe(_Poller):
+    """GETs ``url`` every ``interval_s`` in a thread; ``latencies_ms`` of every answer.
+
+    Run during an upload, it shows whether the registry still answers other requests.
+    """
+
+    def __init__(self, url: str, *, interval_s: float = 0.1) -> None:
+        super().__init__(url, interval_s)
+        self.latencies_ms: list[float] = []
+        self.started: list[float] = []  # time.monotonic() when each answered GET was sent
+        self.errors = 0
+
+    def _poll(self, client: httpx.Client) -> None:
+        sent, t0 = time.monotonic(), time.perf_counter()
+        try:
+            client.get(self.url).raise_for_status()
+        except httpx.HTTPError:
+            self.errors += 1
+            return
+        self.latencies_ms.append((time.perf_counter() - t0) * 1000)
+        self.started.append(sent)
 
     def summary(self, since: float | None = None) -> dict[str, float] | None:
         """Percentiles; with ``since`` (a monotonic time), when the slowest GET was sent."""
@@ -181,6 +191,46 @@ class LatencyProbe:
         if since is not None:
             result["max_sent_at_s"] = self.started[worst] - since
         return result
+
+
+class GaugeSampler(_Poller):
+    """Reads one gauge from a Prometheus endpoint every ``interval_s``, in a thread.
+
+    Run on vLLM's ``/metrics`` for ``vllm:num_requests_running`` while a window runs,
+    it shows how full vLLM's batch was: a proxy can only cost throughput there by
+    handing vLLM fewer requests at once.
+    """
+
+    def __init__(self, url: str, name: str, *, interval_s: float = 0.25) -> None:
+        super().__init__(url, interval_s)
+        self.name = name
+        self.values: list[float] = []
+
+    def _poll(self, client: httpx.Client) -> None:
+        try:
+            text = client.get(self.url).text
+        except httpx.HTTPError:
+            return
+        value = gauge_value(text, self.name)
+        if value is not None:
+            self.values.append(value)
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.values) / len(self.values) if self.values else None
+
+
+def gauge_value(text: str, name: str) -> float | None:
+    """The sum of the samples called ``name`` in Prometheus text; None if there are none."""
+    values = []
+    for line in text.splitlines():
+        rest = line[len(name):] if line.startswith(name) else ""
+        if rest[:1] == "{":
+            rest = rest[rest.rfind("}") + 1:]
+        elif rest[:1] != " ":
+            continue
+        values.append(float(rest.split()[0]))  # a timestamp may follow the value
+    return sum(values) if values else None
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
