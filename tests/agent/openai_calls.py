@@ -7,14 +7,19 @@ from typing import Any
 
 import httpx
 
+from tests.support.relay import HOLD_MARKER
+
 HEADER = "X-Loraplane-Adapter"
 COMPLETION: dict[str, Any] = {"prompt": "The registry publishes", "max_tokens": 16,
                               "temperature": 0, "ignore_eos": True, "return_token_ids": True}
 CHAT: dict[str, Any] = {"messages": [{"role": "user", "content": "Which version is this?"}],
                         "max_tokens": 16, "temperature": 0, "ignore_eos": True}
-# Seconds of generation even on a fast machine, so a test's next steps happen while it
-# is in flight (200 tokens could all be out before the client read its first line).
-LONG_STREAM: dict[str, Any] = {**COMPLETION, "max_tokens": 1000, "stream": True}
+# A stream that stays in flight while a test takes its next steps: the agent reaches
+# vLLM through a PausableRelay, which holds the rest of this answer after its first
+# event until the test releases it. Length alone proves nothing: on a loaded machine the
+# whole answer can reach the agent before the test has read its first chunk.
+HELD_STREAM: dict[str, Any] = {**COMPLETION, "prompt": f"The registry publishes {HOLD_MARKER}",
+                               "max_tokens": 400, "stream": True}
 
 
 async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any],

@@ -23,7 +23,7 @@ from tests.agent.openai_calls import (
     CHAT,
     COMPLETION,
     HEADER,
-    LONG_STREAM,
+    HELD_STREAM,
     assert_openai_error,
     post,
     sse,
@@ -40,6 +40,7 @@ from tests.agent.proxy_harness import (
 )
 from tests.support.fleet import long_context_base
 from tests.support.registry import admin_headers, registry_settings
+from tests.support.relay import PausableRelay
 from tests.support.services import NatsService
 from tests.support.uploads import adapter_parts
 from tests.support.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
@@ -73,6 +74,13 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="module")
+def relay(vllm_server: VllmServer) -> Iterator[PausableRelay]:
+    """The agents' way to vLLM: passes everything, holds HELD_STREAM when told to."""
+    with PausableRelay(vllm_server.url) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
 def versions(tiny_model: Path) -> Versions:
     """support@1 = a1, support@2 = a2, sql@3 = a3: three distinct sets of weights."""
     folders = tiny_model / "adapters"
@@ -95,9 +103,9 @@ def rule(kind: str, key: str, adapter: str, alias: str) -> RouteRule:
 
 
 @pytest.fixture
-async def agent(vllm_server: VllmServer, tiny_model: Path, versions: Versions,
+async def agent(relay: PausableRelay, tiny_model: Path, versions: Versions,
                 tmp_path: Path) -> AsyncIterator[ProxyAgent]:
-    async with running_agent(vllm_server.url, tiny_model / "base", tmp_path / "cache",
+    async with running_agent(relay.url, tiny_model / "base", tmp_path / "cache",
                              versions.values()) as running:
         route_aliases(running, versions)
         yield running
@@ -275,16 +283,19 @@ async def test_concurrent_first_requests_for_a_cold_version_load_it_once(
     assert "sql@3" in served
 
 
-async def test_a_stream_holds_its_lease_until_it_ends(agent: ProxyAgent) -> None:
-    body = {**LONG_STREAM, "model": "support"}
-    async with agent.client.stream("POST", "/v1/completions", json=body) as response:
-        assert response.headers[HEADER] == "support@1"
-        chunks = response.aiter_raw()
-        await anext(chunks)
-        assert agent.leases.count("support@1") == 1
-        assert agent.inflight.count == 1
-        assert not await agent.inflight.wait_zero(0.05)
-        rest = b"".join([chunk async for chunk in chunks])
+async def test_a_stream_holds_its_lease_until_it_ends(agent: ProxyAgent,
+                                                      relay: PausableRelay) -> None:
+    body = {**HELD_STREAM, "model": "support"}
+    with relay.holding():
+        async with agent.client.stream("POST", "/v1/completions", json=body) as response:
+            assert response.headers[HEADER] == "support@1"
+            chunks = response.aiter_raw()
+            await anext(chunks)
+            assert agent.leases.count("support@1") == 1
+            assert agent.inflight.count == 1
+            assert not await agent.inflight.wait_zero(0.5)
+            relay.release()
+            rest = b"".join([chunk async for chunk in chunks])
     assert rest.rstrip().endswith(b"data: [DONE]")
     await eventually(lambda: agent.leases.count("support@1") == 0, 5.0, "lease released")
     assert await agent.inflight.wait_zero(5.0)
@@ -292,16 +303,18 @@ async def test_a_stream_holds_its_lease_until_it_ends(agent: ProxyAgent) -> None
                         status="200") == 1
 
 
-async def test_a_client_that_goes_away_releases_its_lease(agent: ProxyAgent) -> None:
-    # Seconds of generation at the least: the client leaves long before the end. (With
-    # 200 tokens, vLLM once had the whole stream out before the agent saw it leave.)
-    body = {**LONG_STREAM, "model": "support", "max_tokens": CONTEXT - 64}
-    async with agent.client.stream("POST", "/v1/completions", json=body) as response:
-        assert response.status_code == 200
-        await anext(response.aiter_raw())
-        assert agent.leases.count("support@1") == 1
-    # Leaving the block closes the connection mid-stream.
-    await eventually(lambda: agent.leases.count("support@1") == 0, 5.0, "lease released")
+async def test_a_client_that_goes_away_releases_its_lease(agent: ProxyAgent,
+                                                          relay: PausableRelay) -> None:
+    body = {**HELD_STREAM, "model": "support"}
+    # Held: the stream cannot end before the agent sees its client leave.
+    with relay.holding():
+        async with agent.client.stream("POST", "/v1/completions", json=body) as response:
+            assert response.status_code == 200
+            await anext(response.aiter_raw())
+            assert agent.leases.count("support@1") == 1
+        # Leaving the block closes the connection mid-stream.
+        await eventually(lambda: agent.leases.count("support@1") == 0, 10.0,
+                         "lease released")
     assert await agent.inflight.wait_zero(5.0)
     assert agent.sample("loraplane_agent_request_errors_total", adapter="support",
                         reason="client_disconnected") == 1
@@ -310,21 +323,24 @@ async def test_a_client_that_goes_away_releases_its_lease(agent: ProxyAgent) -> 
 
 
 async def test_capacity_exhausted_answers_503_with_retry_after(
-        vllm_server: VllmServer, tiny_model: Path, versions: Versions, tmp_path: Path) -> None:
+        relay: PausableRelay, tiny_model: Path, versions: Versions, tmp_path: Path) -> None:
     options = AgentOptions(capacity=1, load_wait_timeout_s=0.3)
-    async with running_agent(vllm_server.url, tiny_model / "base", tmp_path / "cache",
+    async with running_agent(relay.url, tiny_model / "base", tmp_path / "cache",
                              versions.values(), options) as agent:
         route_aliases(agent, versions)
-        body = {**LONG_STREAM, "model": "support"}
-        async with agent.client.stream("POST", "/v1/completions", json=body) as stream:
-            chunks = stream.aiter_raw()
-            await anext(chunks)
-            busy = await post(agent.client, "/v1/completions", {**COMPLETION, "model": "sql"})
-            assert_openai_error(busy, 503, "capacity_exhausted")
-            assert busy.headers["Retry-After"] == "1"
-            assert busy.headers[HEADER] == "sql@3"
-        # Leaving the block hangs up: the agent ends the stream and releases its lease.
-        await eventually(lambda: agent.leases.count("support@1") == 0, 5.0, "stream ended")
+        body = {**HELD_STREAM, "model": "support"}
+        with relay.holding():
+            async with agent.client.stream("POST", "/v1/completions", json=body) as stream:
+                chunks = stream.aiter_raw()  # kept: a dropped iterator closes the stream
+                await anext(chunks)
+                busy = await post(agent.client, "/v1/completions",
+                                  {**COMPLETION, "model": "sql"})
+                assert_openai_error(busy, 503, "capacity_exhausted")
+                assert busy.headers["Retry-After"] == "1"
+                assert busy.headers[HEADER] == "sql@3"
+            # Leaving the block hangs up: the agent ends the stream, releases its lease.
+            await eventually(lambda: agent.leases.count("support@1") == 0, 10.0,
+                             "stream ended")
         after = await post(agent.client, "/v1/completions", {**COMPLETION, "model": "sql"})
         assert after.status_code == 200 and after.headers[HEADER] == "sql@3"
         assert agent.cache.loaded_names() == ["sql@3"]

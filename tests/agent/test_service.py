@@ -25,12 +25,11 @@ from inference_agent.vllm_client import VllmClient
 from loraplane.events import FileRef, VersionRef
 from loraplane.netutil import free_port
 from tests.agent.loop_support import FakeSwapper, ServedRegistry, eventually, served_registry
-from tests.support.fleet import long_context_base
+from tests.support.relay import HOLD_MARKER, PausableRelay
 from tests.support.services import NatsService
 from tests.support.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
 
 BASE = "tiny-llama"
-CONTEXT = 2048
 
 
 def ref(adapter: str, version: int) -> VersionRef:
@@ -182,16 +181,20 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm_server(tiny_model: Path,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     log_path = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    # Room for a stream that outlasts the first steps of a shutdown (see below).
-    base = long_context_base(tiny_model, CONTEXT)
-    server = VllmServer(ensure_vllm_env(), base, log_path, max_loras=4,
-                        extra_args=("--max-model-len", str(CONTEXT)))
+    server = VllmServer(ensure_vllm_env(), tiny_model / "base", log_path, max_loras=4)
     server.start()
     try:
         server.wait_ready(timeout=300)
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def relay(vllm_server: VllmServer) -> Iterator[PausableRelay]:
+    """The agent's way to vLLM: passes everything, holds a marked stream when told to."""
+    with PausableRelay(vllm_server.url) as relay:
+        yield relay
 
 
 async def complete(client: httpx.AsyncClient, model: str) -> tuple[int, str | None, str]:
@@ -204,8 +207,8 @@ async def complete(client: httpx.AsyncClient, model: str) -> tuple[int, str | No
 
 @pytest.mark.vllm
 async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
-        tmp_path: Path, nats: NatsService, tiny_model: Path,
-        vllm_server: VllmServer) -> None:
+        tmp_path: Path, nats: NatsService, tiny_model: Path, vllm_server: VllmServer,
+        relay: PausableRelay) -> None:
     adapters = tiny_model / "adapters"
     vllm = VllmClient(vllm_server.url)
     async with served_registry(tmp_path, nats) as reg:
@@ -217,7 +220,7 @@ async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
         shutil.copytree(adapters / "a4", watch / "local")
         settings = AgentSettings(
             registry=reg.url, token=await reg.agent_token(), nats_url=nats.url,
-            vllm_url=vllm_server.url, base_model=BASE, agent_id="gpu-1", port=0,
+            vllm_url=relay.url, base_model=BASE, agent_id="gpu-1", port=0,
             base_model_config=tiny_model / "base" / "config.json",
             cache_dir=tmp_path / "cache", max_loaded=3, pin=["bot"], watch_dir=watch,
             resync_interval_s=1.5, heartbeat_interval_s=2, drain_timeout_s=5,
@@ -264,31 +267,33 @@ async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
             await eventually(lambda: _has(vllm, "bot@2"), timeout_s=30, what="bot@2 back")
 
             # Staged shutdown: a running stream finishes, new requests get 503.
-            chunks = await _stream_across_shutdown(client, agent)
+            chunks = await _stream_across_shutdown(client, agent, relay)
             assert chunks[-1] == "data: [DONE]" and len(chunks) > 20
         await asyncio.wait_for(run, 30)
     await vllm.aclose()
 
 
-async def _stream_across_shutdown(client: httpx.AsyncClient, agent: Agent) -> list[str]:
-    # Seconds of generation, well inside the 15 s grace: had the stream ended before
-    # stop() (120 tokens could, all out at once), the agent would be gone, not refusing.
-    body = {"model": "cold", "prompt": "once upon", "max_tokens": 1000, "temperature": 0,
-            "stream": True, "ignore_eos": True}
+async def _stream_across_shutdown(client: httpx.AsyncClient, agent: Agent,
+                                  relay: PausableRelay) -> list[str]:
+    # Held by the relay until the refusal is seen: had the stream ended before stop(),
+    # the agent would be gone, not refusing.
+    body = {"model": "cold", "prompt": f"once upon {HOLD_MARKER}", "max_tokens": 200,
+            "temperature": 0, "stream": True, "ignore_eos": True}
     chunks: list[str] = []
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        assert response.status_code == 200
-        lines = response.aiter_lines()
-        async for line in lines:
-            if line:
-                chunks.append(line)
-                break
-        agent.stop()
-        refused = await client.post("/v1/completions", json={"model": "cold", "prompt": "x"})
-        assert refused.status_code == 503, refused.text
-        async for line in lines:
-            if line:
-                chunks.append(line)
+    with relay.holding():
+        async with client.stream("POST", "/v1/completions", json=body) as response:
+            assert response.status_code == 200, await response.aread()
+            lines = response.aiter_lines()
+            async for line in lines:
+                if line:
+                    chunks.append(line)
+                    break
+            agent.stop()
+            refused = await client.post("/v1/completions",
+                                        json={"model": "cold", "prompt": "x"})
+            assert refused.status_code == 503, refused.text
+            relay.release()
+            chunks += [line async for line in lines if line]
     return chunks
 
 

@@ -17,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 CHUNK = 65536
+# What a request carries to be held (put it in the prompt).
+HOLD_MARKER = "[held by the relay]"
 # The first event of a streamed answer: what the client waits for before it counts
 # the request as started.
 FIRST_EVENT = b"data: "
 
 
 class PausableRelay:
-    def __init__(self, target_url: str, marker: bytes) -> None:
+    def __init__(self, target_url: str, marker: bytes = HOLD_MARKER.encode()) -> None:
         target = urlsplit(target_url)
         assert target.hostname is not None and target.port is not None, target_url
         self.target = (target.hostname, target.port)
@@ -64,6 +67,15 @@ class PausableRelay:
     def release(self) -> None:
         """Let every held answer flow on."""
         self._loop.call_soon_threadsafe(self._gate.set)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold marked answers for the block, and let them go however it ends."""
+        self.hold()
+        try:
+            yield
+        finally:
+            self.release()
 
     def __enter__(self) -> PausableRelay:
         return self.start()
