@@ -138,7 +138,11 @@ class SeaweedS3:
         self._data_dir = self.base_dir
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
-        self._probe_token: bytes | None = None
+        # Every probe token ever written here: a put that failed on our side may have
+        # landed, and a server killed while stopping may come back with an earlier
+        # one. Readiness asks that old data reads back, not which write survived.
+        self._probe_tokens: set[bytes] = set()
+        self._probe_confirmed = False  # one token read back: there is old data to check
 
     @property
     def endpoint_url(self) -> str:
@@ -261,18 +265,19 @@ class SeaweedS3:
         """
         client.list_buckets()
         bucket = "loraplane-readiness"
-        if self._probe_token is None:
+        if not self._probe_confirmed:
             with suppress(client.exceptions.BucketAlreadyOwnedByYou):
                 client.create_bucket(Bucket=bucket)
         else:
             old = client.get_object(Bucket=bucket, Key="probe")["Body"].read()
-            if old != self._probe_token:
+            if old not in self._probe_tokens:
                 raise ServiceStartError(f"S3 lost data across a restart: {old!r}")
         token = secrets.token_bytes(16)
+        self._probe_tokens.add(token)
         client.put_object(Bucket=bucket, Key="probe", Body=token)
         if client.get_object(Bucket=bucket, Key="probe")["Body"].read() != token:
             raise ServiceStartError("S3 returned other bytes than were just written")
-        self._probe_token = token
+        self._probe_confirmed = True
 
     def stop(self, *, graceful: bool = True, timeout_s: float = 15.0) -> None:
         """Stop the server (SIGKILL at once when not graceful). Safe to call twice."""
