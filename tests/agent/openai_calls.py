@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.relay import HOLD_MARKER
+from tests.support.relay import HELD_PROMPT
 
 HEADER = "X-Loraplane-Adapter"
 COMPLETION: dict[str, Any] = {"prompt": "The registry publishes", "max_tokens": 16,
@@ -18,8 +18,8 @@ CHAT: dict[str, Any] = {"messages": [{"role": "user", "content": "Which version 
 # vLLM through a PausableRelay, which holds the rest of this answer after its first
 # event until the test releases it. Length alone proves nothing: on a loaded machine the
 # whole answer can reach the agent before the test has read its first chunk.
-HELD_STREAM: dict[str, Any] = {**COMPLETION, "prompt": f"The registry publishes {HOLD_MARKER}",
-                               "max_tokens": 400, "stream": True}
+HELD_STREAM: dict[str, Any] = {**COMPLETION, "prompt": HELD_PROMPT, "max_tokens": 400,
+                               "stream": True}
 
 
 async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any],

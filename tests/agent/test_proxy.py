@@ -74,13 +74,6 @@ def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="module")
-def relay(vllm_server: VllmServer) -> Iterator[PausableRelay]:
-    """The agents' way to vLLM: passes everything, holds HELD_STREAM when told to."""
-    with PausableRelay(vllm_server.url) as relay:
-        yield relay
-
-
-@pytest.fixture(scope="module")
 def versions(tiny_model: Path) -> Versions:
     """support@1 = a1, support@2 = a2, sql@3 = a3: three distinct sets of weights."""
     folders = tiny_model / "adapters"

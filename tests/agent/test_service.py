@@ -25,7 +25,7 @@ from inference_agent.vllm_client import VllmClient
 from loraplane.events import FileRef, VersionRef
 from loraplane.netutil import free_port
 from tests.agent.loop_support import FakeSwapper, ServedRegistry, eventually, served_registry
-from tests.support.relay import HOLD_MARKER, PausableRelay
+from tests.support.relay import HELD_PROMPT, PausableRelay
 from tests.support.services import NatsService
 from tests.support.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
 
@@ -190,13 +190,6 @@ def vllm_server(tiny_model: Path,
         server.stop()
 
 
-@pytest.fixture(scope="module")
-def relay(vllm_server: VllmServer) -> Iterator[PausableRelay]:
-    """The agent's way to vLLM: passes everything, holds a marked stream when told to."""
-    with PausableRelay(vllm_server.url) as relay:
-        yield relay
-
-
 async def complete(client: httpx.AsyncClient, model: str) -> tuple[int, str | None, str]:
     response = await client.post("/v1/completions", json={
         "model": model, "prompt": "hello there", "max_tokens": 8, "temperature": 0})
@@ -277,7 +270,7 @@ async def _stream_across_shutdown(client: httpx.AsyncClient, agent: Agent,
                                   relay: PausableRelay) -> list[str]:
     # Held by the relay until the refusal is seen: had the stream ended before stop(),
     # the agent would be gone, not refusing.
-    body = {"model": "cold", "prompt": f"once upon {HOLD_MARKER}", "max_tokens": 200,
+    body = {"model": "cold", "prompt": HELD_PROMPT, "max_tokens": 200,
             "temperature": 0, "stream": True, "ignore_eos": True}
     chunks: list[str] = []
     with relay.holding():

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from tests.conftest import fresh_postgres
-from tests.e2e.steps import FLEET_CONTEXT, relay_to
+from tests.e2e.steps import FLEET_CONTEXT
 from tests.support.fleet import AgentProcess, AgentSpec, Fleet, running_fleet
 from tests.support.openai_client import OpenAIClient
 from tests.support.processes import FleetError
@@ -146,11 +146,11 @@ def agent_a_variant(fleet: Fleet) -> Iterator[AgentVariant]:
 # that was pointed at it, and fixtures are torn down in reverse order.
 @pytest.fixture
 def relay_a(fleet: Fleet) -> Iterator[PausableRelay]:
-    with relay_to(fleet.vllms["a"].url) as relay:
+    with PausableRelay(fleet.vllms["a"].url) as relay:
         yield relay
 
 
 @pytest.fixture
 def relay_b(fleet: Fleet) -> Iterator[PausableRelay]:
-    with relay_to(fleet.vllms["b"].url) as relay:
+    with PausableRelay(fleet.vllms["b"].url) as relay:
         yield relay

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +17,13 @@ import httpx
 
 from tests.support.openai_client import Completion, OpenAIClient, Unexpected, eventually
 from tests.support.registry_api import RegistryApi
-from tests.support.relay import HOLD_MARKER, PausableRelay
+from tests.support.relay import HELD_PROMPT, PausableRelay
 
 # Streams that must stay in flight go through a PausableRelay (tests/support/relay.py)
 # between the agent and vLLM, which holds back the rest of any answer to a prompt with
-# HOLD_MARKER after its first event, until the test releases it. Their length is then
+# HOLD_MARKER (HELD_PROMPT) after its first event, until the test releases it. Their length is then
 # no bet on the machine's speed; modest lengths also keep vLLM's API server responsive
 # (tens of thousands of tokens made it answer other requests in seconds).
-HELD_PROMPT = f"The registry publishes {HOLD_MARKER}"
 LONG_TOKENS = 1500
 FLEET_CONTEXT = 2048  # the prompt and LONG_TOKENS
 
@@ -92,13 +91,6 @@ async def publish(api: RegistryApi, name: str, folder: Path, **kwargs: Any) -> i
 async def new_adapter(api: RegistryApi, name: str, folder: Path) -> int:
     await api.create_adapter(name)
     return await publish(api, name, folder)
-
-
-@contextlib.contextmanager
-def relay_to(vllm_url: str) -> Iterator[PausableRelay]:
-    """A relay to ``vllm_url`` that holds marked answers (an agent is pointed at it)."""
-    with PausableRelay(vllm_url) as relay:
-        yield relay
 
 
 class HeldStream:

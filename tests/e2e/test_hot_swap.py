@@ -16,7 +16,6 @@ import pytest
 
 from tests.e2e.conftest import AgentVariant
 from tests.e2e.steps import (
-    HELD_PROMPT,
     LONG_TOKENS,
     direct,
     held_stream,
@@ -28,7 +27,7 @@ from tests.e2e.steps import (
 from tests.support.fleet import Fleet
 from tests.support.openai_client import OpenAIClient, eventually
 from tests.support.registry_api import RegistryApi
-from tests.support.relay import PausableRelay
+from tests.support.relay import HELD_PROMPT, PausableRelay
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 

@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 CHUNK = 65536
-# What a request carries to be held (put it in the prompt).
+# What a request carries to be held, and a prompt that carries it.
 HOLD_MARKER = "[held by the relay]"
+HELD_PROMPT = f"The registry publishes {HOLD_MARKER}"
 # The first event of a streamed answer: what the client waits for before it counts
 # the request as started.
 FIRST_EVENT = b"data: "
