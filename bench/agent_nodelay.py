@@ -27,7 +27,7 @@ def create_server_nodelay(*args: Any, **kwargs: Any) -> socket.socket:
 
 def main() -> None:
     socket.create_server = create_server_nodelay
-    from loraplane.cli.main import main as loraplane_main  # noqa: PLC0415
+    from loraplane_cli.main import main as loraplane_main  # noqa: PLC0415
 
     loraplane_main()
 

@@ -42,13 +42,13 @@ from bench.agent_setup import (
     BASE_MODEL,
     MachineLoad,
     NodelayAgentProcess,
-    bench_fleet,
+    bench_testbed,
     wait_served,
 )
 from bench.common import GaugeSampler, cpu_seconds, percentile, table
-from tests.support.fleet import AgentProcess, Fleet
-from tests.support.openai_client import Completion, OpenAIClient
-from tests.support.registry_api import RegistryApi
+from devharness.openai_client import Completion, OpenAIClient
+from devharness.testbed import AgentProcess, Testbed
+from loraplane.client import AsyncRegistryClient
 
 PROMPTS = ("The registry publishes", "An adapter version is", "Every request holds",
            "The agent follows the stream", "Swaps happen while", "Old weights drain",
@@ -134,16 +134,16 @@ class Target:
     pid: int | None  # the agent whose CPU is read per window
 
 
-async def measure(fleet: Fleet, adapter_dir: Path, args: argparse.Namespace,
+async def measure(testbed: Testbed, adapter_dir: Path, args: argparse.Namespace,
                   nodelay: AgentProcess | None) -> list[Window]:
-    agent = fleet.agents["a"]
+    agent = testbed.agents["a"]
     async with contextlib.AsyncExitStack() as stack:
         api = await stack.enter_async_context(
-            RegistryApi(fleet.registry.url, fleet.registry.admin_token))
-        await api.create_adapter(ADAPTER, base_model=BASE_MODEL)
+            AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token, timeout_s=120))
+        await api.create_adapter(ADAPTER, BASE_MODEL, tenant="e2e")
         await api.push(ADAPTER, adapter_dir)
         targets = [Target("vllm", await stack.enter_async_context(
-            OpenAIClient(fleet.vllms["a"].url)), DIRECT_MODEL, None)]
+            OpenAIClient(testbed.vllms["a"].url)), DIRECT_MODEL, None)]
         for name, process in (("agent", agent), ("agent+nodelay", nodelay)):
             if process is not None:
                 client = await stack.enter_async_context(OpenAIClient(process.url))
@@ -154,7 +154,7 @@ async def measure(fleet: Fleet, adapter_dir: Path, args: argparse.Namespace,
             seconds = args.window if workload[1] == 1 else args.long_window
             for concurrency in args.concurrency:
                 windows += await measure_cell(targets, workload, concurrency, args.rounds,
-                                              seconds, f"{fleet.vllms['a'].url}/metrics")
+                                              seconds, f"{testbed.vllms['a'].url}/metrics")
                 print(f"  {workload[0]}, concurrency {concurrency}: done", file=sys.stderr)
         return windows
 
@@ -301,10 +301,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def start_nodelay_agent(fleet: Fleet, work: Path, stack: contextlib.ExitStack
+def start_nodelay_agent(testbed: Testbed, work: Path, stack: contextlib.ExitStack
                         ) -> AgentProcess:
     """A second agent beside the first, on the same vLLM, with TCP_NODELAY."""
-    spec = fleet.agents["a"].variant(agent_id="a-nodelay", cache_dir=work / "cache-nodelay")
+    spec = testbed.agents["a"].variant(agent_id="a-nodelay", cache_dir=work / "cache-nodelay")
     agent = NodelayAgentProcess(spec, work / "agents")
     stack.callback(agent.stop)
     agent.start()
@@ -317,12 +317,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = {"log_level": args.agent_log_level}
         with contextlib.ExitStack() as stack:
-            fleet = stack.enter_context(bench_fleet(work, max_loras=3, max_loaded=3,
+            testbed = stack.enter_context(bench_testbed(work, max_loras=3, max_loaded=3,
                                                     agent_settings=settings))
-            nodelay = (start_nodelay_agent(fleet, work, stack) if args.agent_tcp_nodelay
+            nodelay = (start_nodelay_agent(testbed, work, stack) if args.agent_tcp_nodelay
                        else None)
             with MachineLoad() as load:
-                windows = asyncio.run(measure(fleet, fleet.adapter_dir("a1"), args, nodelay))
+                windows = asyncio.run(measure(testbed, testbed.adapter_dir("a1"), args, nodelay))
         rows = summarize(windows, args.concurrency)
         print(render(rows))
         print(f"agent log level {args.agent_log_level}; machine: {load.summary}")

@@ -6,7 +6,7 @@ probers send back-to-back one-token completions to it through the agent the whol
 time, so every push takes the swap path that loads the new version before the flip.
 
 Each push is new content: a rank-8 q/k/v/o LoRA for the tiny Llama (hidden 128,
-intermediate 256, 2 layers, 4 heads) made by ``tests/support/adapters.py:
+intermediate 256, 2 layers, 4 heads) made by ``devharness/adapters.py:
 make_adapter`` with a seed of its own, pushed with ``aliases=live``. Pushes are
 sequential: the next starts once the old version was unloaded.
 
@@ -56,7 +56,7 @@ from bench.agent_setup import (
     BASE_MODEL,
     MachineLoad,
     NodelayAgentProcess,
-    bench_fleet,
+    bench_testbed,
     cells,
     desired_reads,
     flips,
@@ -66,11 +66,11 @@ from bench.agent_setup import (
     wait_served,
 )
 from bench.common import table
+from devharness.adapters import ATTENTION_MODULES, make_adapter
+from devharness.openai_client import OpenAIClient
+from devharness.testbed import AgentProcess, Testbed, metric
+from loraplane.client import AsyncRegistryClient
 from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, VersionPublished, parse_event
-from tests.support.adapters import ATTENTION_MODULES, make_adapter
-from tests.support.fleet import AgentProcess, Fleet, metric
-from tests.support.openai_client import OpenAIClient
-from tests.support.registry_api import RegistryApi
 
 SERVED_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_S = 30.0
@@ -182,7 +182,7 @@ class Push:
                 "first response": self.first_response - self.flipped}
 
 
-async def push_once(api: RegistryApi, agent: AgentProcess, prober: Prober,
+async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Prober,
                     folder: Path) -> Push:
     """Push ``folder``; wait for its first response, then for the old version's unload."""
     text = agent.metrics()
@@ -190,7 +190,7 @@ async def push_once(api: RegistryApi, agent: AgentProcess, prober: Prober,
     sent = time.time()
     pushed = await api.push(ADAPTER, folder)
     answered = time.time()
-    version = int(pushed["version"])
+    version = pushed.version
     first = await prober.wait_for(f"{ADAPTER}@{version}", SERVED_TIMEOUT_S)
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
@@ -217,14 +217,15 @@ def make_folders(work: Path, count: int) -> list[Path]:
                          base_model=BASE_MODEL, seed=SEED_BASE + i) for i in range(count)]
 
 
-async def measure(fleet: Fleet, folders: list[Path], warmup: int,
+async def measure(testbed: Testbed, folders: list[Path], warmup: int,
                   probers: int) -> tuple[list[Push], Prober]:
-    agent = fleet.agents["a"]
+    agent = testbed.agents["a"]
     events = EventTimes(ADAPTER)
-    await events.start(fleet.nats.url)
-    async with RegistryApi(fleet.registry.url, fleet.registry.admin_token) as api, \
+    await events.start(testbed.nats.url)
+    async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
+                                   timeout_s=120) as api, \
             OpenAIClient(agent.url) as client:
-        await api.create_adapter(ADAPTER, base_model=BASE_MODEL)
+        await api.create_adapter(ADAPTER, BASE_MODEL, tenant="e2e")
         await api.push(ADAPTER, folders[0])
         await wait_served(client, ADAPTER, f"{ADAPTER}@1", SERVED_TIMEOUT_S)
         prober = Prober(client, ADAPTER, probers)
@@ -288,14 +289,14 @@ def render(summary: dict[str, Any]) -> str:
     return table(["part", "p50 ms", "p99 ms", "min ms", "max ms"], rows)
 
 
-def swap_in_nodelay_agent(fleet: Fleet, stack: contextlib.ExitStack) -> None:
-    """Replace the fleet's agent by the same one run through bench/agent_nodelay.py."""
-    old = fleet.agents["a"]
+def swap_in_nodelay_agent(testbed: Testbed, stack: contextlib.ExitStack) -> None:
+    """Replace the testbed's agent by the same one run through bench/agent_nodelay.py."""
+    old = testbed.agents["a"]
     old.stop()
     agent = NodelayAgentProcess(old.spec, old.log_dir)
     stack.callback(agent.stop)
     agent.start()
-    fleet.agents["a"] = agent
+    testbed.agents["a"] = agent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -322,13 +323,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         folders = make_folders(work / "adapters", 1 + args.warmup + args.pushes)
         with contextlib.ExitStack() as stack:
-            fleet = stack.enter_context(bench_fleet(work, max_loras=3, max_loaded=3))
+            testbed = stack.enter_context(bench_testbed(work, max_loras=3, max_loaded=3))
             if args.agent_tcp_nodelay:
-                swap_in_nodelay_agent(fleet, stack)
+                swap_in_nodelay_agent(testbed, stack)
             with MachineLoad() as load:
-                pushes, prober = asyncio.run(measure(fleet, folders, args.warmup,
+                pushes, prober = asyncio.run(measure(testbed, folders, args.warmup,
                                                      args.probers))
-            errors = log_lines(fleet.agents["a"].process.log_text(), " WARNING ", " ERROR ")
+            errors = log_lines(testbed.agents["a"].process.log_text(), " WARNING ", " ERROR ")
         summary = summarize(pushes)
         summary["rows"]["(one probe request, for reference)"] = cells(prober.latencies)
         summary.update(probe_requests=len(prober.latencies),

@@ -1,6 +1,6 @@
-"""What the agent benchmarks share: a one-host fleet, the agent's metrics and its log.
+"""What the agent benchmarks share: a one-host testbed, the agent's metrics and its log.
 
-The fleet is ``tests/support/fleet.py: running_fleet`` with one host: Postgres (a fresh
+The testbed is ``devharness/testbed.py: running_testbed`` with one host: Postgres (a fresh
 database on the machine's server), SeaweedFS as S3, a ``nats-server``, ``loraplane
 registry serve``, one CPU vLLM with the tiny model and one ``loraplane agent``, each a
 process of its own. Everything is stopped and the database dropped on exit.
@@ -25,12 +25,14 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import REPO, busy_share, cpu_counters, machine_summary, percentile
+from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
+from devharness.processes import loraplane_command
+from devharness.services import NatsService, PostgresDatabase, SeaweedS3
+from devharness.testbed import AgentProcess, Testbed, metric, running_testbed
+from devharness.vllm import ensure_tiny_model, ensure_vllm_env
+from devharness.waiting import eventually
 from inference_agent.metrics import STAGES
-from tests.support.fleet import AgentProcess, Fleet, metric, running_fleet
-from tests.support.openai_client import Completion, OpenAIClient, eventually
-from tests.support.processes import ChildProcess, loraplane_command
-from tests.support.services import NatsService, PostgresDatabase, SeaweedS3
-from tests.support.vllm import ensure_tiny_model, ensure_vllm_env
+from loraplane.process import ChildProcess
 
 ADAPTER = "bench"
 BASE_MODEL = "tiny-llama"
@@ -38,18 +40,18 @@ BASE_MODEL = "tiny-llama"
 QUIET_AGENT = {"resync_interval_s": "3600", "heartbeat_interval_s": "30"}
 
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
-_FLIP = re.compile(r"inference_agent\.swap: (?P<adapter>[^@\s]+)@(?P<alias>\S+): "
+_FLIP = re.compile(r"inference_agent\.control\.swap: (?P<adapter>[^@\s]+)@(?P<alias>\S+): "
                    r"(?P<old>\S+) -> (?P<new>\S+) \(revision (?P<revision>\d+), "
                    r"loaded=(?P<loaded>\w+)\)")
-_MATERIALIZED = re.compile(r"inference_agent\.materialize: materialized "
+_MATERIALIZED = re.compile(r"inference_agent\.node\.materialize: materialized "
                            r"(?P<adapter>[^@\s]+)@(?P<version>\d+) into")
 
 
 @contextlib.contextmanager
-def bench_fleet(work: Path, *, max_loras: int, max_loaded: int,
-                agent_settings: Mapping[str, str] | None = None,
-                max_model_len: int = 2048) -> Iterator[Fleet]:
-    """The one-host fleet (host ``a``); needs the vLLM venv (scripts/vllm/install.sh)."""
+def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
+                  agent_settings: Mapping[str, str] | None = None,
+                  max_model_len: int = 2048) -> Iterator[Testbed]:
+    """The one-host testbed (host ``a``); needs the vLLM venv (scripts/vllm/install.sh)."""
     python = ensure_vllm_env()
     model = ensure_tiny_model(work / "tiny", python)
     with contextlib.ExitStack() as stack:
@@ -63,11 +65,11 @@ def bench_fleet(work: Path, *, max_loras: int, max_loaded: int,
         asyncio.run(database.create())
         stack.callback(lambda: asyncio.run(database.drop()))
         settings = {**QUIET_AGENT, **(agent_settings or {})}
-        fleet = stack.enter_context(running_fleet(
-            work / "fleet", model_dir=model, vllm_python=python, database_url=database.url,
+        testbed = stack.enter_context(running_testbed(
+            work / "testbed", model_dir=model, vllm_python=python, database_url=database.url,
             nats=nats, s3=s3, hosts=("a",), max_loras=max_loras, max_loaded=max_loaded,
             max_model_len=max_model_len, agent_settings={"a": settings}))
-        yield fleet
+        yield testbed
 
 
 class NodelayAgentProcess(AgentProcess):
@@ -78,7 +80,8 @@ class NodelayAgentProcess(AgentProcess):
         env = {**self.spec.env(), "PYTHONPATH": str(REPO)}
         return ChildProcess(self.spec.agent_id,
                             [sys.executable, "-m", "bench.agent_nodelay", *flags],
-                            env=env, log_path=self.log_dir / f"{self.spec.agent_id}.log")
+                            env=env, log_path=self.log_dir / f"{self.spec.agent_id}.log",
+                            own_group=True)
 
 
 async def wait_served(client: OpenAIClient, model: str, version_name: str,
@@ -89,7 +92,7 @@ async def wait_served(client: OpenAIClient, model: str, version_name: str,
         result = await client.complete(model, max_tokens=1)
         return result if result.ok and result.adapter == version_name else None
 
-    return await eventually(check, timeout_s=timeout_s,
+    return await eventually(check, timeout_s=timeout_s, retrying=RETRY_OVER_HTTP,
                             what=f"{model} served by {version_name}")
 
 

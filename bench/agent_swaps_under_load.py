@@ -49,7 +49,7 @@ from bench.agent_setup import (
     BASE_MODEL,
     Flip,
     MachineLoad,
-    bench_fleet,
+    bench_testbed,
     by_label,
     flips,
     log_lines,
@@ -57,9 +57,9 @@ from bench.agent_setup import (
     wait_served,
 )
 from bench.common import percentile
-from tests.support.fleet import Fleet, metric
-from tests.support.openai_client import OpenAIClient
-from tests.support.registry_api import RegistryApi
+from devharness.openai_client import OpenAIClient
+from devharness.testbed import Testbed, metric
+from loraplane.client import AsyncRegistryClient
 
 PROMPTS = ("The registry publishes", "An adapter version is", "Every request holds",
            "The agent follows the stream")
@@ -137,7 +137,7 @@ async def stream_load(client: OpenAIClient, streams: int, seconds: float,
     return done
 
 
-async def move_every(api: RegistryApi, interval_s: float, seconds: float) -> list[Move]:
+async def move_every(api: AsyncRegistryClient, interval_s: float, seconds: float) -> list[Move]:
     """Move ``live`` to the next version every ``interval_s`` (on a fixed schedule)."""
     moves: list[Move] = []
     start = time.monotonic()
@@ -270,14 +270,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-async def prepare(api: RegistryApi, fleet: Fleet, folders: list[Path],
+async def prepare(api: AsyncRegistryClient, testbed: Testbed, folders: list[Path],
                   max_tokens: int) -> dict[int, dict[str, str]]:
     """Publish a1..a5 as versions 1..5 (``live`` on 1); their reference outputs."""
-    await api.create_adapter(ADAPTER, base_model=BASE_MODEL)
+    await api.create_adapter(ADAPTER, BASE_MODEL, tenant="e2e")
     await api.push(ADAPTER, folders[0])
     for folder in folders[1:]:
         await api.push(ADAPTER, folder, aliases=())
-    async with OpenAIClient(fleet.vllms["a"].url) as vllm:
+    async with OpenAIClient(testbed.vllms["a"].url) as vllm:
         return await references(vllm, folders, max_tokens)
 
 
@@ -298,12 +298,13 @@ def counters(text: str) -> dict[str, float]:
     return values
 
 
-async def measure(fleet: Fleet, args: argparse.Namespace) -> dict[str, Any]:
-    agent = fleet.agents["a"]
-    folders = [fleet.adapter_dir(name) for name in VERSIONS]
-    async with RegistryApi(fleet.registry.url, fleet.registry.admin_token) as api, \
+async def measure(testbed: Testbed, args: argparse.Namespace) -> dict[str, Any]:
+    agent = testbed.agents["a"]
+    folders = [testbed.adapter_dir(name) for name in VERSIONS]
+    async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
+                                   timeout_s=120) as api, \
             OpenAIClient(agent.url) as client:
-        refs = await prepare(api, fleet, folders, args.max_tokens)
+        refs = await prepare(api, testbed, folders, args.max_tokens)
         await wait_served(client, ADAPTER, f"{ADAPTER}@1", 60.0)
         control = (await stream_load(client, args.streams, args.control, args.max_tokens)
                    if args.control > 0 else [])
@@ -348,9 +349,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     work = Path(tempfile.mkdtemp(prefix="lp-bench-swaps-", dir=args.work_dir))
     try:
-        with bench_fleet(work, max_loras=len(VERSIONS), max_loaded=len(VERSIONS)) as fleet, \
+        with bench_testbed(work, max_loras=len(VERSIONS), max_loaded=len(VERSIONS)) as testbed, \
                 MachineLoad() as machine:
-            result = asyncio.run(measure(fleet, args))
+            result = asyncio.run(measure(testbed, args))
         print(render(result))
         print(f"machine: {machine.summary}")
         document = {"benchmark": "agent_swaps_under_load", "machine": machine.summary,

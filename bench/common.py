@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -16,6 +15,10 @@ from types import TracebackType
 from typing import Self
 
 import httpx
+
+from devharness.processes import http_probe
+from loraplane.netutil import free_port
+from loraplane.process import ChildProcess
 
 MIB = 1024 * 1024
 REPO = Path(__file__).resolve().parents[1]
@@ -285,10 +288,17 @@ def machine_summary() -> dict[str, object]:
 
 @dataclass
 class Registry:
-    process: subprocess.Popen[bytes]
+    process: ChildProcess
     url: str
     log: Path
     data_dir: Path
+
+    @property
+    def pid(self) -> int:
+        pid = self.process.pid
+        if pid is None:
+            raise RuntimeError("the registry is not running")
+        return pid
 
 
 @contextmanager
@@ -298,42 +308,18 @@ def running_registry(data_dir: Path, settings_env: dict[str, str]) -> Iterator[R
     Nothing else of this environment's ``LORAPLANE_*`` reaches it. Stopped (SIGTERM,
     then SIGKILL) when the block ends.
     """
-    from loraplane.netutil import free_port  # noqa: PLC0415
-
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LORAPLANE_")}
     env.update({"LORAPLANE_DATA_DIR": str(data_dir), "LORAPLANE_LOG_LEVEL": "warning",
                 **settings_env})
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir.parent / f"{data_dir.name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "loraplane.cli", "registry", "serve",
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    log_path.unlink(missing_ok=True)  # one run per log
+    argv = [sys.executable, "-m", "loraplane_cli", "registry", "serve",
+            "--host", "127.0.0.1", "--port", str(port)]
+    process = ChildProcess("the registry", argv, log_path=log_path, env=env, cwd=REPO)
     registry = Registry(process, f"http://127.0.0.1:{port}", log_path, data_dir)
-    try:
-        _wait_ready(registry)
+    with process:
+        process.wait_ready(http_probe(f"{registry.url}/readyz"), STARTUP_TIMEOUT_S,
+                           interval_s=0.2)
         yield registry
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_ready(registry: Registry) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if registry.process.poll() is not None:
-            break
-        try:
-            if httpx.get(f"{registry.url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    tail = registry.log.read_text(errors="replace")[-3000:]
-    raise RuntimeError(f"the registry did not become ready:\n{tail}")

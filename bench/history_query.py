@@ -351,9 +351,9 @@ def render(results: list[Result], plans: dict[str, Any], data: Dataset) -> str:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from devharness.services import NatsService, PostgresDatabase  # noqa: PLC0415
     from registry_service.db import migrate  # noqa: PLC0415
     from registry_service.db.engine import Database  # noqa: PLC0415
-    from tests.support.services import NatsService, PostgresDatabase  # noqa: PLC0415
 
     pg = PostgresDatabase()
     work = Path(tempfile.mkdtemp(prefix="lp-bench-history-"))

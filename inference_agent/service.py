@@ -1,14 +1,16 @@
 """The agent process: builds every part, starts them in order, and shuts down in stages.
 
-Start-up: listen (``/readyz`` answers 503 until ready) → wait for vLLM → read the
-registry's snapshot → reconcile every adapter → load pinned and pre-warmed adapters →
-ready; then follow the event stream from the snapshot, resync periodically, report
-status, watch the local folder. One TaskGroup owns every task.
+Start-up: listen (``/readyz`` answers 503 until ready) → wait for vLLM → pin → start
+the reconcile workers and queue the watched folders → read the registry's snapshot →
+reconcile every adapter → load pinned and pre-warmed adapters → ready; then follow the
+event stream from the snapshot, resync periodically, report status, watch the local
+folder. One TaskGroup owns every task; one work queue and one reconciler handle every
+key, from the registry and from the watched folder alike.
 
-Shutdown (SIGTERM/SIGINT, or ``stop()``): stop intake (the proxy answers 503, the work
-queue takes no more keys), let proxied requests and streams finish for up to
-``shutdown_grace_s``, then cancel the rest and close the clients. A second signal
-skips the wait.
+Shutdown (SIGTERM/SIGINT, or ``stop()``): ``Agent._shutdown`` lists the stages in order:
+stop intake (the proxy answers 503, the work queue takes no more keys), let proxied
+requests, streams and swaps finish for up to ``shutdown_grace_s``, cancel the rest, and
+close the server and the clients. A second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -24,22 +26,23 @@ from typing import Any
 
 import uvicorn
 
-from inference_agent.cache import AdapterCache
+from inference_agent.control.follower import Follower, resync_every
+from inference_agent.control.keys import ALL, VLLM
+from inference_agent.control.reconciler import Reconciler
+from inference_agent.control.swap import Swapper
+from inference_agent.control.watchdir import WatchDirSource
+from inference_agent.control.workqueue import Backoff, WorkQueue
 from inference_agent.errors import RegistryUnavailable
-from inference_agent.follower import Follower, resync_every
-from inference_agent.leases import Leases
-from inference_agent.materialize import Materializer
 from inference_agent.metrics import AgentMetrics
-from inference_agent.proxy import create_proxy_app
-from inference_agent.reconciler import ALL, Reconciler
-from inference_agent.registry_client import RegistryClient
-from inference_agent.routing import RouteTable
+from inference_agent.node.cache import AdapterCache
+from inference_agent.node.materialize import Materializer
+from inference_agent.node.registry_client import RegistryLink
+from inference_agent.node.status import StatusReporter
+from inference_agent.node.vllm_client import VllmClient
+from inference_agent.serving.leases import Leases
+from inference_agent.serving.proxy import create_proxy_app
+from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
-from inference_agent.status import StatusReporter
-from inference_agent.swap import Swapper
-from inference_agent.vllm_client import VllmClient
-from inference_agent.watcher import Watcher
-from inference_agent.workqueue import Backoff, WorkQueue
 from loraplane.events import DesiredState
 from loraplane.lora import BaseModelShapes, UnsupportedBaseModel
 from loraplane.naming import parse_model_ref
@@ -93,7 +96,7 @@ class Agent:
         _prepare_dir(s.cache_dir)
         self.metrics = AgentMetrics()
         self.vllm = VllmClient(s.vllm_url)
-        self.registry = (RegistryClient(s.registry, s.token.get_secret_value())
+        self.registry = (RegistryLink(s.registry, s.token.get_secret_value())
                          if s.registry is not None and s.token is not None else None)
         fetch = (self.registry.fetcher(on_bytes=self.metrics.bytes_downloaded.inc)
                  if self.registry is not None else None)
@@ -111,55 +114,38 @@ class Agent:
                                on_change=self._changed)
         self.queue: WorkQueue[str] = WorkQueue(
             backoff=Backoff(s.retry_base_s, s.retry_max_s), name="reconcile")
-        self.watcher = self._build_watcher()
-        self.reconciler = self._build_reconciler()
+        self.watchdir = (WatchDirSource(s.watch_dir, enqueue=self.queue.add,
+                                        copier=self.materializer, state_dir=s.cache_dir,
+                                        known_versions=self._known_versions)
+                         if s.watch_dir is not None else None)
+        self.reconciler = Reconciler(
+            base_model=s.base_model, registry=self.registry, routes=self.routes,
+            swapper=self.swapper, cache=self.cache, queue=self.queue, metrics=self.metrics,
+            max_attempts=s.max_attempts, pins=s.pin, prewarm=s.prewarm, local=self.watchdir,
+            on_change=self._changed)
         self.status = self._build_status()
-        self.follower = self._build_follower()
+        self.follower = (Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
+                                  enqueue=self.reconciler.notify, metrics=self.metrics)
+                         if s.nats_url is not None and self.registry is not None else None)
         self.ready = asyncio.Event()
         self.draining = False
         self.app = create_proxy_app(
             routes=self.routes, cache=self.cache, leases=self.leases, metrics=self.metrics,
             vllm_url=s.vllm_url, base_model=s.base_model, registry=self.registry,
-            draining=lambda: self.draining, ready=self.ready.is_set)
+            draining=lambda: self.draining, ready=self.ready.is_set,
+            request_resync=lambda: self.queue.add(VLLM))
         self.url: str | None = None
         self.snapshot: DesiredState | None = None
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
-
-    def _build_follower(self) -> Follower | None:
-        s = self.settings
-        if s.nats_url is None or self.reconciler is None:
-            return None
-        return Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
-                        enqueue=self.reconciler.notify, metrics=self.metrics)
-
-    def _build_watcher(self) -> Watcher | None:
-        s = self.settings
-        if s.watch_dir is None:
-            return None
-        return Watcher(s.watch_dir, base_model=s.base_model, routes=self.routes,
-                       swapper=self.swapper, materializer=self.materializer,
-                       state_dir=s.cache_dir, known_versions=self._known_versions,
-                       on_change=self._changed)
-
-    def _build_reconciler(self) -> Reconciler | None:
-        s = self.settings
-        if self.registry is None:
-            return None
-        return Reconciler(base_model=s.base_model, registry=self.registry, routes=self.routes,
-                          swapper=self.swapper, cache=self.cache, queue=self.queue,
-                          metrics=self.metrics, max_attempts=s.max_attempts, pins=s.pin,
-                          prewarm=s.prewarm,
-                          is_local=self.watcher.owns if self.watcher is not None else None,
-                          on_change=self._changed)
+        self._clients_closed = False
 
     def _build_status(self) -> StatusReporter | None:
         if self.registry is None:
             return None
-        sources = [x for x in (self.reconciler, self.watcher) if x is not None]
         return StatusReporter(agent_id=self.settings.agent_id,
                               base_model=self.settings.base_model, routes=self.routes,
-                              cache=self.cache, swapper=self.swapper, sources=sources,
+                              cache=self.cache, swapper=self.swapper, sources=[self.reconciler],
                               post=self.registry.post_status,
                               heartbeat_interval_s=self.settings.heartbeat_interval_s)
 
@@ -201,6 +187,7 @@ class Agent:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
             sock.close()
+            # Closed by _shutdown already, unless something raised before it ran.
             await self._close_clients()
         if failed is not None:
             raise failed
@@ -242,9 +229,7 @@ class Agent:
                                                     return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
-        log.info("shutting down: %d requests in flight, grace %.0fs",
-                 self.app.state.inflight.count, self.settings.shutdown_grace_s)
-        await self._shutdown(server, [starting, *tasks])
+        await self._shutdown(server, served, [starting, *tasks])
         return failures[0] if failures else None
 
     async def _guarded_start(self, group: asyncio.TaskGroup, tasks: list[asyncio.Task[Any]],
@@ -266,13 +251,13 @@ class Agent:
             tasks.append(group.create_task(coro, name=name))
 
         await self.vllm.wait_ready(s.vllm_ready_timeout_s)
-        for spec in s.pin:
-            self.cache.pin(spec.partition("@")[0])
-        if self.watcher is not None:
-            self.watcher.scan()
-            spawn(self.watcher.run(), "watcher")
-        if self.reconciler is not None:
-            spawn(self.queue.run(self.reconciler.reconcile, s.reconcile_workers), "reconcile")
+        self.reconciler.pin_configured()
+        spawn(self.queue.run(self.reconciler.reconcile, s.reconcile_workers), "reconcile")
+        if self.watchdir is not None:
+            # Before the snapshot: the registry's reconcile leaves a local name alone.
+            self.watchdir.scan()
+            spawn(self.watchdir.run(), "watch-dir")
+        if self.registry is not None:
             self.snapshot = await self._first_snapshot(self.reconciler)
             if self.status is not None:
                 spawn(self.status.run(), "status")
@@ -297,20 +282,30 @@ class Agent:
                             delay)
                 await asyncio.sleep(delay)
 
-    async def _shutdown(self, server: uvicorn.Server, tasks: list[asyncio.Task[Any]]) -> None:
+    async def _shutdown(self, server: uvicorn.Server, served: asyncio.Task[Any],
+                        tasks: list[asyncio.Task[Any]]) -> None:
+        """Every stage of the shutdown, in order."""
         grace = self.settings.shutdown_grace_s
+        inflight = self.app.state.inflight
+        log.info("shutting down: %d requests in flight, grace %.0fs", inflight.count, grace)
+        # 1. Stop intake: the proxy answers 503 and /readyz fails.
         self.draining = True
         self.ready.clear()
-        # Stage 1+2: no new work; running requests, streams and swaps may finish.
+        # 2. Let proxied requests, streams and running swaps finish within the grace
+        #    period; the work queue takes no more keys while its workers finish.
         settled = await self._unless_forced(asyncio.gather(
-            self.app.state.inflight.wait_zero(grace), self.queue.shutdown(grace)), grace)
+            inflight.wait_zero(grace), self.queue.shutdown(grace)), grace)
         if not settled:
             log.warning("grace period over: %d requests still in flight are cut off",
-                        self.app.state.inflight.count)
-        # Stage 3: cancel the rest.
+                        inflight.count)
+        # 3. Cancel the rest: every task of the agent, then the drains of old versions.
         await _cancel_all(tasks)
         await self.swapper.drain_all(0)
+        # 4. Close the HTTP server (it waits _SERVER_CLOSE_S for its connections), then
+        #    the clients.
         server.should_exit = True
+        await asyncio.wait({served})
+        await self._close_clients()
 
     async def _unless_forced(self, waiting: Awaitable[Any], timeout_s: float) -> bool:
         work = asyncio.ensure_future(waiting)
@@ -326,6 +321,9 @@ class Agent:
         return isinstance(result, list) and all(result)
 
     async def _close_clients(self) -> None:
+        if self._clients_closed:
+            return
+        self._clients_closed = True
         for close in (self.vllm.aclose, self.registry.aclose if self.registry else None):
             if close is not None:
                 with contextlib.suppress(Exception):

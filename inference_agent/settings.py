@@ -73,7 +73,7 @@ class AgentSettings(BaseSettings):
     @field_validator("agent_id")
     @classmethod
     def _agent_id(cls, value: str) -> str:
-        if not _AGENT_ID.match(value):
+        if not _AGENT_ID.fullmatch(value):
             raise ValueError("must be letters, digits and . _ : - (starting with a letter "
                              "or digit), at most 255 characters")
         return value

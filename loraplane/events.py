@@ -112,6 +112,40 @@ Event = Annotated[
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
+class AdapterCreated(_EventBase):
+    """Audit only: recorded in the event table, never published to agents."""
+
+    type: Literal["adapter_created"] = "adapter_created"
+    base_model: str
+
+
+class TokenIssued(_EventBase):
+    """Audit only. ``tenant`` is the token's tenant ("" for a global one), ``adapter`` ""."""
+
+    type: Literal["token_created"] = "token_created"
+    token_id: int
+    name: str
+    role: str
+
+
+class TokenRevoked(_EventBase):
+    """Audit only, like :class:`TokenIssued`."""
+
+    type: Literal["token_revoked"] = "token_revoked"
+    token_id: int
+    name: str
+    role: str
+
+
+# Everything ``GET /v1/events`` may list: the published events and the audit-only ones.
+AuditEvent = Annotated[
+    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged | AdapterCreated
+    | TokenIssued | TokenRevoked,
+    Field(discriminator="type"),
+]
+AUDIT_ADAPTER: TypeAdapter[AuditEvent] = TypeAdapter(AuditEvent)
+
+
 def parse_event(raw: bytes | str) -> Event:
     return EVENT_ADAPTER.validate_json(raw)
 

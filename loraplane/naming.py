@@ -10,13 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# pydantic checks this pattern with Rust's regex, where ``$`` is the end of the text.
+# Python's ``$`` also matches before a final newline, so Python code uses ``fullmatch``.
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 _SLUG = re.compile(SLUG_PATTERN)
+# Versions are 32-bit on the registry's side; a longer number names no version.
+_MAX_VERSION = 2**31 - 1
 DEFAULT_ALIAS = "live"
 
 
 def is_slug(value: str) -> bool:
-    return bool(_SLUG.match(value))
+    return _SLUG.fullmatch(value) is not None
 
 
 def versioned_name(adapter: str, version: int) -> str:
@@ -46,7 +50,11 @@ def parse_model_ref(model: str) -> ModelRef | None:
     if not sep:
         return ModelRef(adapter=name, alias=DEFAULT_ALIAS)
     if selector.isdigit():
-        return ModelRef(adapter=name, version=int(selector))
+        # ``"²".isdigit()`` is true as well; only ASCII digits make a version number.
+        if not selector.isascii() or len(selector) > len(str(_MAX_VERSION)):
+            return None
+        version = int(selector)
+        return ModelRef(adapter=name, version=version) if version <= _MAX_VERSION else None
     if is_slug(selector):
         return ModelRef(adapter=name, alias=selector)
     return None

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from contextlib import ExitStack
+
+# ``scheme://user:password@`` or ``scheme://token@``: everything before the @ is secret.
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced by ``***``."""
+    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:

@@ -9,12 +9,13 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from loraplane import __version__
+from loraplane.netutil import mask_url
 from registry_service.adapters.routes import router as adapters_router
 from registry_service.agents.routes import router as agents_router
 from registry_service.aliases.routes import router as aliases_router
 from registry_service.api.errors import install_error_handlers
 from registry_service.api.health import router as health_router
-from registry_service.api.metrics import RegistryMetrics, metrics_middleware
+from registry_service.api.metrics import metrics_middleware
 from registry_service.auth.routes import router as tokens_router
 from registry_service.bootstrap import (
     build_blobs,
@@ -26,6 +27,7 @@ from registry_service.context import RegistryContext
 from registry_service.desired.routes import router as desired_router
 from registry_service.events.relay import EventRelay
 from registry_service.events.routes import router as events_router
+from registry_service.metrics import RegistryMetrics
 from registry_service.routing.routes import router as routing_router
 from registry_service.settings import RegistrySettings
 from registry_service.versions.routes import router as versions_router
@@ -53,7 +55,7 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,
                                         metrics=metrics, embedded_nats=nats)
         log.info("registry ready (database %s, blobs %s, nats %s)",
-                 db.engine.dialect.name, settings.blob_kind, nats_url)
+                 db.engine.dialect.name, settings.blob_kind, mask_url(nats_url))
         yield
 
 

@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 
 from loraplane.embedded_nats import EmbeddedNats
+from registry_service.auth.models import ApiToken
 from registry_service.auth.service import ensure_bootstrap_admin, new_secret
 from registry_service.blobs.base import BlobStore
 from registry_service.blobs.factory import build_blob_store
 from registry_service.db import migrate
 from registry_service.db.engine import Database
 from registry_service.settings import RegistrySettings
+from registry_service.sweep import sweep_blob_tmp, sweep_staging
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +22,10 @@ log = logging.getLogger(__name__)
 def prepare_data_dir(settings: RegistrySettings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.staging_dir.mkdir(parents=True, exist_ok=True)
+    # Nothing is uploading yet: whatever staging holds, a killed run left behind.
+    sweep_staging(settings.staging_dir)
+    if settings.blob_kind == "local":
+        sweep_blob_tmp(settings.blob_dir)
 
 
 def read_or_create_token_file(path: Path) -> str:
@@ -42,6 +48,17 @@ def bootstrap_secret(settings: RegistrySettings) -> str | None:
     return None
 
 
+def _warn_if_revoked(settings: RegistrySettings, token: ApiToken) -> None:
+    if token.revoked_at is None:
+        return
+    source = ("LORAPLANE_ADMIN_TOKEN" if settings.admin_token is not None
+              else str(settings.admin_token_file))
+    log.warning("the bootstrap admin token from %s (prefix %s) was revoked at %s; it stays "
+                "revoked. To get a bootstrap admin token again, set a new secret (or "
+                "delete the token file of the embedded default) and restart",
+                source, token.prefix, token.revoked_at.isoformat())
+
+
 async def prepare_database(settings: RegistrySettings) -> Database:
     db = Database(settings.effective_database_url)
     try:
@@ -52,8 +69,9 @@ async def prepare_database(settings: RegistrySettings) -> Database:
         secret = bootstrap_secret(settings)
         if secret is not None:
             async with db.session() as session:
-                await ensure_bootstrap_admin(session, secret)
+                token = await ensure_bootstrap_admin(session, secret)
                 await session.commit()
+            _warn_if_revoked(settings, token)
     except BaseException:
         await db.close()
         raise

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loraplane.embedded_nats import EmbeddedNats
-from registry_service.api.metrics import RegistryMetrics
 from registry_service.blobs.base import BlobStore
 from registry_service.db.engine import Database
 from registry_service.events.relay import EventRelay
+from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
 
 

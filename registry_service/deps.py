@@ -11,9 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry_service.auth.roles import Principal
 from registry_service.auth.service import authenticate
-from registry_service.blobs.base import BlobStore
 from registry_service.context import RegistryContext
-from registry_service.settings import RegistrySettings
 
 
 def get_ctx(request: Request) -> RegistryContext:
@@ -44,15 +42,3 @@ async def get_principal(
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
-
-
-def get_blobs(ctx: CtxDep) -> BlobStore:
-    return ctx.blobs
-
-
-def get_settings(ctx: CtxDep) -> RegistrySettings:
-    return ctx.settings
-
-
-BlobsDep = Annotated[BlobStore, Depends(get_blobs)]
-SettingsDep = Annotated[RegistrySettings, Depends(get_settings)]

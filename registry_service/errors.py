@@ -79,6 +79,21 @@ class Unavailable(RegistryError):
     retryable = True
 
 
+class InsufficientStorage(RegistryError):
+    """The registry's own disk is full; the client may retry later."""
+
+    status = 507
+    code = "insufficient_storage"
+    retryable = True
+
+
+class LocalStorageError(RegistryError):
+    """The registry's own disk failed otherwise; the client's input was not at fault."""
+
+    status = 500
+    code = "local_storage_error"
+
+
 class BlobStoreUnavailable(Unavailable):
     code = "blob_store_unavailable"
 

@@ -23,13 +23,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from devharness.processes import clean_env, http_probe, loraplane_command
+from devharness.testbed import AgentProcess, AgentSpec, LoggedVllmServer, long_context_base
+from devharness.vllm import VllmEnvError, ensure_tiny_model, ensure_vllm_env
+from loraplane.client import AsyncRegistryClient
 from loraplane.netutil import free_port
+from loraplane.process import ChildProcess, ProcessError
 from registry_service.settings import ADMIN_TOKEN_FILE
 from scripts.demo_swap import BASE_MODEL, DemoError, run_scenario
-from tests.support.fleet import AgentProcess, AgentSpec, LoggedVllmServer, long_context_base
-from tests.support.processes import ChildProcess, FleetError, clean_env, loraplane_command
-from tests.support.registry_api import RegistryApi
-from tests.support.vllm import VllmEnvError, VllmServerError, ensure_tiny_model, ensure_vllm_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # Survives runs (git-ignored): the tiny model is built once, each run's data is replaced.
@@ -100,9 +101,9 @@ class Cli:
         if done.returncode != 0:
             raise DemoError(f"`loraplane {' '.join(args)}` exited with {done.returncode}")
 
-    def api(self) -> RegistryApi:
+    def api(self) -> AsyncRegistryClient:
         token = (Path(self.env["LORAPLANE_DATA_DIR"]) / ADMIN_TOKEN_FILE).read_text().strip()
-        return RegistryApi(self.env["LORAPLANE_REGISTRY"], token)
+        return AsyncRegistryClient(self.env["LORAPLANE_REGISTRY"], token, timeout_s=120)
 
     def json(self, *args: str) -> Any:
         done = subprocess.run([*loraplane_command(), "--json", *args], env=self.env,
@@ -162,11 +163,11 @@ def start_registry(run_dir: Path, stack: contextlib.ExitStack) -> tuple[Cli, str
         "registry", [*loraplane_command(), "registry", "serve", "--port", str(port)],
         env=clean_env({"LORAPLANE_DATA_DIR": str(data_dir),
                        "LORAPLANE_EMBEDDED_NATS_PORT": str(nats_port)}),
-        log_path=run_dir / "registry.log")
+        log_path=run_dir / "registry.log", own_group=True)
     stack.callback(_stopper("the registry and its NATS", process.stop))
     process.start()
     url = f"http://127.0.0.1:{port}"
-    seconds = process.wait_http(f"{url}/readyz", 90)
+    seconds = process.wait_ready(http_probe(f"{url}/readyz"), 90, interval_s=0.2)
     print(f"registry on {url} after {seconds:.1f}s: SQLite and blobs in {data_dir}, "
           f"its own NATS JetStream on :{nats_port}")
     cli = Cli(clean_env({"LORAPLANE_REGISTRY": url, "LORAPLANE_DATA_DIR": str(data_dir)}))
@@ -247,7 +248,7 @@ def main() -> None:
     except KeyboardInterrupt:
         print("\ninterrupted: everything the demo started is stopped", file=sys.stderr)
         raise SystemExit(130) from None
-    except (DemoError, FleetError, VllmEnvError, VllmServerError) as exc:
+    except (DemoError, ProcessError, VllmEnvError) as exc:
         logs = f"\nlogs: {run_dir}" if run_dir is not None else ""
         print(f"\n\033[31mdemo failed:\033[0m {exc}{logs}", file=sys.stderr)
         raise SystemExit(1) from None

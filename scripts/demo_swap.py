@@ -19,9 +19,11 @@ import httpx
 import nats
 from nats.aio.msg import Msg
 
+from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
+from devharness.waiting import eventually
+from loraplane.api import UploadResult
+from loraplane.client import AsyncRegistryClient
 from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, Event, parse_event
-from tests.support.openai_client import Completion, OpenAIClient, eventually
-from tests.support.registry_api import RegistryApi
 
 BASE_MODEL = "tiny-llama"
 ADAPTER = "support-bot"
@@ -41,7 +43,7 @@ class DemoError(RuntimeError):
 class CliRunner(Protocol):
     def run(self, *args: str) -> None: ...
 
-    def api(self) -> RegistryApi:
+    def api(self) -> AsyncRegistryClient:
         """The same registry, as the same user, over its REST API."""
         ...
 
@@ -124,7 +126,7 @@ async def served_by(agent: OpenAIClient, version_name: str, timeout_s: float) ->
         return answer if answer.ok and answer.adapter == version_name else None
 
     try:
-        return await eventually(check, timeout_s=timeout_s,
+        return await eventually(check, timeout_s=timeout_s, retrying=RETRY_OVER_HTTP,
                                 what=f"the agent answering with {version_name}")
     except AssertionError as exc:
         raise DemoError(str(exc)) from None
@@ -176,30 +178,27 @@ async def published(events: EventWatch, push: asyncio.Task[Any], timeout_s: floa
         raise DemoError(f"publishing v2 failed: {push.exception()}")
 
 
-async def publish(api: RegistryApi, folder: Path, timeline: Timeline) -> dict[str, Any]:
+async def publish(api: AsyncRegistryClient, folder: Path, timeline: Timeline) -> UploadResult:
     # The upload `loraplane push` makes, sent from this process: on 2 cores under a
     # running stream, starting a new process took 3-10 s, and the push then landed after
     # the stream had ended.
     result = await api.push(ADAPTER, folder)
-    if not result.get("created") or result.get("version") != 2:
+    if not result.created or result.version != 2:
         raise DemoError(f"the push did not create version 2: {result}")
-    moved = ", ".join(f"{m.get('alias')} -> {m.get('version')}"
-                      for m in result.get("aliases") or [])
+    moved = ", ".join(f"{m.alias} -> {m.version}" for m in result.aliases)
     timeline.mark(f"the push answered: version 2 created, {moved or 'no alias moved'}")
     return result
 
 
 async def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    async def check() -> bool:
-        return condition()
-
     try:
-        await eventually(check, timeout_s=timeout_s, interval_s=0.05, what=what)
+        await eventually(condition, timeout_s=timeout_s, retrying=RETRY_OVER_HTTP,
+                         interval_s=0.05, what=what)
     except AssertionError as exc:
         raise DemoError(str(exc)) from None
 
 
-async def swap_under_stream(api: RegistryApi, agent: OpenAIClient, v2_folder: Path,
+async def swap_under_stream(api: AsyncRegistryClient, agent: OpenAIClient, v2_folder: Path,
                             watches: tuple[EventWatch, VllmWatch], timeline: Timeline,
                             swap: Swap) -> Completion:
     events, vllm = watches
@@ -313,8 +312,8 @@ async def run_scenario(cli: CliRunner, agent_url: str, vllm_url: str, nats_url: 
     cli.run("rollout", ADAPTER)
 
 
-async def _scenario(api: RegistryApi, agent: OpenAIClient, adapters: Path, events: EventWatch,
-                    vllm: VllmWatch, watcher: asyncio.Task[None]) -> None:
+async def _scenario(api: AsyncRegistryClient, agent: OpenAIClient, adapters: Path,
+                    events: EventWatch, vllm: VllmWatch, watcher: asyncio.Task[None]) -> None:
     step(f"wait until the agent serves v1 (POST /v1/completions model={ADAPTER})")
     started = time.monotonic()
     v1_answer = await served_by(agent, V1, timeout_s=60)

@@ -15,19 +15,18 @@ from typing import Any
 
 import pytest
 
-from tests.support.registry import (
+from devharness.registry import (
     BACKENDS,
     RegistryHarness,
     registry_settings,
     reset_postgres,
     running_registry,
 )
-from tests.support.services import (
+from devharness.services import (
     NatsService,
     PostgresDatabase,
     SeaweedS3,
     ServiceStartError,
-    running_nats,
 )
 
 
@@ -78,7 +77,7 @@ def postgres() -> Iterator[PostgresDatabase]:
 @pytest.fixture
 def nats(tmp_path: Path) -> Iterator[NatsService]:
     try:
-        with running_nats(tmp_path) as server:
+        with NatsService(tmp_path) as server:
             yield server
     except ServiceStartError as exc:
         _fail(exc)

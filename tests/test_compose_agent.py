@@ -8,7 +8,7 @@ loaded versions; vLLM can read the files the agent tells it to load (the agent's
 mounted at the same path) and the base model's config the agent checks adapters
 against; vLLM gets a GPU and runtime LoRA updating; both have real healthchecks and the
 agent starts only once the registry and vLLM are healthy. The agent's command is parsed
-by the real click command (``image_problems`` of ``test_compose.py``).
+by the real click command (``image_problems`` of ``compose_support.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from inference_agent.settings import AgentSettings
-from tests.test_compose import (
+from tests.compose_support import (
     DOCKERFILE,
     PREFIX,
     Compose,

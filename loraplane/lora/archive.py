@@ -8,6 +8,7 @@ decompressed; and a refusal removes everything written so far.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
@@ -44,6 +45,8 @@ _READ_ERRORS = (
     gzip.BadGzipFile,
     NotImplementedError,
     RecursionError,
+    # zipfile decodes names flagged UTF-8 and lets a bad one through as this.
+    UnicodeDecodeError,
 )
 
 
@@ -102,6 +105,12 @@ def _extract_into(src: Path, dest: Path, kind: str, limits: _Limits) -> list[Pat
                 _extract_tar(src, writer, compressed=kind == "gzip")
         except _READ_ERRORS as exc:
             _invalid(f"cannot read archive: {exc or type(exc).__name__}")
+        except OSError as exc:
+            # A corrupt zip offset makes zipfile seek before the start (EINVAL); other
+            # OSErrors (a full disk) are the server's, not the archive's.
+            if exc.errno != errno.EINVAL:
+                raise
+            _invalid("cannot read archive: an offset points outside the file")
         return _promote(staging, dest, writer.files)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

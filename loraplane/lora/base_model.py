@@ -23,7 +23,6 @@ SUPPORTED_MODEL_TYPES: frozenset[str] = frozenset(
     {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"}
 )
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
-_MLP = ("gate_proj", "up_proj", "down_proj")
 MAX_BASE_CONFIG_BYTES = 4 * 1024 * 1024
 
 

@@ -224,10 +224,10 @@ def _parse_tensor(name: str, value: Any, data_len: int) -> TensorInfo:
     begin, end = offsets
     if end < begin:
         _invalid(f"tensor {name!r} ends before it begins", tensor=name)
-    bits = math.prod(shape) * DTYPE_BITS[dtype]
-    if bits % 8 or bits // 8 != end - begin:
+    needed = _tensor_bytes(name, shape, DTYPE_BITS[dtype], end - begin)
+    if needed != end - begin:
         _invalid(
-            f"tensor {name!r} spans {end - begin} bytes but {dtype}{shape} needs {bits / 8:g}",
+            f"tensor {name!r} spans {end - begin} bytes but {dtype}{shape} needs {needed}",
             tensor=name,
         )
     if end > data_len:
@@ -237,6 +237,26 @@ def _parse_tensor(name: str, value: Any, data_len: int) -> TensorInfo:
             {"tensor": name, "end": end, "data_bytes": data_len},
         )
     return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), begin=begin, end=end)
+
+
+def _tensor_bytes(name: str, shape: list[int], bits: int, span: int) -> int:
+    """The bytes a tensor of ``shape`` needs, refusing shapes larger than its ``span``.
+
+    The shape's numbers come from the client and may be astronomically large: they are
+    multiplied only while the product stays within the span, so no float or decimal
+    conversion of a huge number is ever attempted.
+    """
+    if 0 in shape:
+        return 0
+    total = bits
+    for dim in shape:
+        total *= dim
+        if total > 8 * span:
+            _invalid(f"tensor {name!r} spans {span} bytes but its shape needs more",
+                     tensor=name)
+    if total % 8:
+        _invalid(f"tensor {name!r} does not fill a whole number of bytes", tensor=name)
+    return total // 8
 
 
 def _check_layout(tensors: Iterable[TensorInfo], data_len: int) -> None:

@@ -1,36 +1,7 @@
+"""The adapters API's bodies: the wire contract lives in the shared core."""
+
 from __future__ import annotations
 
-from datetime import datetime
+from loraplane.api.adapters import AdapterCreate, AdapterOut, AdapterPage, AliasOut
 
-from pydantic import BaseModel, Field
-
-from loraplane.naming import SLUG_PATTERN
-
-
-class AdapterCreate(BaseModel):
-    name: str = Field(pattern=SLUG_PATTERN, description="a slug, unique in the registry")
-    base_model: str = Field(min_length=1, max_length=255)
-    tenant: str | None = Field(default=None, pattern=SLUG_PATTERN)
-    description: str = Field(default="", max_length=10_000)
-
-
-class AliasOut(BaseModel):
-    alias: str
-    version: int | None
-    revision: int
-    updated_at: datetime
-
-
-class AdapterOut(BaseModel):
-    name: str
-    tenant: str
-    base_model: str
-    description: str
-    latest_version: int | None
-    created_at: datetime
-    aliases: list[AliasOut] = []
-
-
-class AdapterPage(BaseModel):
-    adapters: list[AdapterOut]
-    next_cursor: str | None
+__all__ = ["AdapterCreate", "AdapterOut", "AdapterPage", "AliasOut"]

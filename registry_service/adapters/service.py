@@ -8,19 +8,19 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from loraplane.events import AdapterCreated, AdapterDeleted
+from loraplane.naming import is_slug
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
 from registry_service.adapters.schemas import AdapterCreate, AdapterOut, AdapterPage, AliasOut
-from registry_service.aliases.models import Alias
-from registry_service.aliases.service import move_alias_locked
+from registry_service.aliases.service import alias_versions, remove_all_aliases
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
 from registry_service.errors import BadRequest, Conflict, Forbidden
-from registry_service.events.service import record_event
-from registry_service.routing.models import RouteRuleRow
+from registry_service.events.service import envelope, record_audit, record_event
+from registry_service.routing.service import drop_routes_to
 from registry_service.tenants.models import Tenant
 from registry_service.tenants.service import get_or_create_tenant
-from registry_service.versions.models import Version
 
 
 def _target_tenant(principal: Principal, requested: str | None) -> str:
@@ -46,6 +46,8 @@ async def create_adapter(
     adapter = Adapter(name=data.name, tenant=tenant, tenant_id=tenant.id,
                       base_model=data.base_model, description=data.description)
     session.add(adapter)
+    record_audit(session, AdapterCreated(**envelope(tenant.name, data.name),
+                                         base_model=data.base_model), actor=principal.name)
     try:
         await session.commit()
     except IntegrityError as exc:
@@ -67,14 +69,9 @@ def _name_taken(existing: Adapter) -> Conflict:
 async def _out(session: AsyncSession, adapter: Adapter, *, aliases: bool = False) -> AdapterOut:
     alias_out: list[AliasOut] = []
     if aliases:
-        rows = await session.execute(
-            select(Alias, Version.number)
-            .outerjoin(Version, Version.id == Alias.version_id)
-            .where(Alias.adapter_id == adapter.id, Alias.version_id.is_not(None))
-            .order_by(Alias.name)
-        )
         alias_out = [AliasOut(alias=a.name, version=num, revision=a.revision,
-                              updated_at=a.updated_at) for a, num in rows]
+                              updated_at=a.updated_at)
+                     for a, num in await alias_versions(session, adapter)]
     return AdapterOut(
         name=adapter.name, tenant=adapter.tenant.name, base_model=adapter.base_model,
         description=adapter.description, latest_version=adapter.last_version or None,
@@ -94,9 +91,14 @@ def _encode_cursor(name: str) -> str:
 
 def _decode_cursor(cursor: str) -> str:
     try:
-        return base64.urlsafe_b64decode(cursor.encode()).decode()
+        name = base64.urlsafe_b64decode(cursor.encode()).decode()
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest("the cursor is not valid", code="invalid_cursor") from exc
+    # A cursor is an adapter name we handed out; anything else (a NUL byte, which
+    # Postgres refuses in text) is not one.
+    if not is_slug(name):
+        raise BadRequest("the cursor is not valid", code="invalid_cursor")
+    return name
 
 
 async def list_adapters(
@@ -123,25 +125,10 @@ async def delete_adapter(session: AsyncSession, principal: Principal, name: str)
     """Retire an adapter: every alias is removed (agents unload it) and its routes go."""
     principal.require(Role.ADMIN)
     adapter = await get_visible_adapter(session, principal, name, for_update=True)
-    aliases = await session.scalars(
-        select(Alias).where(Alias.adapter_id == adapter.id, Alias.version_id.is_not(None))
-        .with_for_update()
-    )
-    for alias in list(aliases):
-        await move_alias_locked(session, adapter, alias, None, action="adapter_deleted",
-                                actor=principal.name)
-    await _drop_routes(session, adapter, principal.name)
+    await remove_all_aliases(session, adapter, action="adapter_deleted", actor=principal.name)
+    await drop_routes_to(session, adapter, actor=principal.name)
     adapter.deleted_at = utcnow()
-    record_event(session, type="adapter_deleted", tenant=adapter.tenant.name,
-                 adapter=adapter.name, actor=principal.name,
-                 body={"base_model": adapter.base_model})
+    event = AdapterDeleted(**envelope(adapter.tenant.name, adapter.name),
+                           base_model=adapter.base_model)
+    record_event(session, event, actor=principal.name)
     await session.commit()
-
-
-async def _drop_routes(session: AsyncSession, adapter: Adapter, actor: str) -> None:
-    rules = await session.scalars(select(RouteRuleRow).where(RouteRuleRow.adapter_id == adapter.id))
-    for rule in list(rules):
-        record_event(session, type="route_changed", tenant=adapter.tenant.name,
-                     adapter=adapter.name, actor=actor,
-                     body={"kind": rule.kind, "key": rule.key, "rule": None})
-        await session.delete(rule)

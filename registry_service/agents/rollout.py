@@ -80,10 +80,11 @@ def alias_rollout(
     """How far ``target`` got across ``fleet`` (the agents of the adapter's base model)."""
     serving = [e for e in entries if e.state != "failed"]
     failed = [e for e in entries if e.state == "failed"]
+    pending: list[str] = []
     if target.version is None:
-        pending: list[str] = []
         # A removed alias has converged once no fresh agent still reports it.
-        converged = not any(not e.stale for e in serving)
+        still = sum(1 for e in serving if not e.stale)
+        reason = f"{still} agent(s) still serve it" if still else None
     else:
         # Only fresh agents of the base model count; others' failures are shown, not owed.
         fresh = {r.agent_id for r in fleet if not r.stale}
@@ -92,6 +93,16 @@ def alias_rollout(
         broken = {e.agent_id for e in failed if e.version == target.version} & fresh
         pending = [r.agent_id for r in fleet
                    if r.agent_id in fresh and r.agent_id not in done | broken]
-        converged = not pending and not broken
+        reason = _not_converged(fresh, pending, broken)
     return AliasRollout(alias=target.alias, version=target.version, revision=target.revision,
-                        serving=serving, failed=failed, pending=pending, converged=converged)
+                        serving=serving, failed=failed, pending=pending,
+                        converged=reason is None, reason=reason)
+
+
+def _not_converged(fresh: set[str], pending: list[str], broken: set[str]) -> str | None:
+    # Nobody serving the target is not a rollout that finished.
+    if not fresh:
+        return "no agents"
+    if broken:
+        return f"{len(broken)} agent(s) failed"
+    return f"{len(pending)} agent(s) pending" if pending else None

@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from loraplane.api.tokens import AGENT_ID_PATTERN
 from loraplane.events import AgentStatus
 from registry_service.agents import service
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
@@ -11,7 +12,7 @@ from registry_service.deps import PrincipalDep, SessionDep
 
 router = APIRouter(tags=["agents"])
 
-AgentId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$")]
+AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN)]
 StaleAfter = Annotated[float, Query(gt=0, le=7 * 24 * 3600,
                                     description="seconds without a report before an agent "
                                                 "counts as stale")]

@@ -1,59 +1,7 @@
+"""The fleet API's bodies: the wire contract lives in the shared core."""
+
 from __future__ import annotations
 
-from datetime import datetime
+from loraplane.api.agents import AgentList, AgentOut, AliasRollout, RolloutEntry, RolloutOut
 
-from pydantic import BaseModel, Field
-
-from loraplane.events import AgentStatus, ServeState
-
-
-class AgentOut(BaseModel):
-    agent_id: str
-    base_model: str
-    first_seen_at: datetime
-    last_seen_at: datetime
-    seconds_since_seen: float
-    stale: bool
-    status: AgentStatus
-
-
-class AgentList(BaseModel):
-    stale_after_s: float
-    agents: list[AgentOut]
-
-
-class RolloutEntry(BaseModel):
-    """One agent's view of one version of the adapter."""
-
-    agent_id: str
-    alias: str | None
-    version: int
-    state: ServeState
-    reason: str | None = None
-    code: str | None = None
-    stale: bool
-
-
-class AliasRollout(BaseModel):
-    alias: str
-    version: int | None = Field(description="the alias's target; None once it was removed")
-    revision: int
-    serving: list[RolloutEntry] = Field(description="entries serving, loading or draining")
-    failed: list[RolloutEntry]
-    pending: list[str] = Field(
-        description="fresh agents of the base model that neither serve nor failed the target"
-    )
-    converged: bool
-
-
-class RolloutOut(BaseModel):
-    adapter: str
-    tenant: str
-    base_model: str
-    deleted: bool
-    stale_after_s: float
-    agents: int = Field(description="fresh agents of the adapter's base model")
-    aliases: list[AliasRollout]
-    unaliased: list[RolloutEntry] = Field(
-        description="entries not tied to a current alias, e.g. a version pinned by number"
-    )
+__all__ = ["AgentList", "AgentOut", "AliasRollout", "RolloutEntry", "RolloutOut"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,11 +23,11 @@ from registry_service.agents.rollout import (
     group_entries,
 )
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
-from registry_service.aliases.models import Alias
+from registry_service.aliases.service import alias_versions
+from registry_service.auth.models import ApiToken
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
-from registry_service.errors import InvalidInput, NotFound
-from registry_service.versions.models import Version
+from registry_service.errors import Forbidden, InvalidInput, NotFound
 
 # Agents report every 30 s; three missed reports make an agent stale.
 HEARTBEAT_INTERVAL_S = 30.0
@@ -52,10 +52,11 @@ def _check_report(agent_id: str, status: AgentStatus) -> None:
                            code="status_too_large", detail={"entries": entries})
 
 
-def _apply(row: AgentRow, status: AgentStatus) -> None:
+def _apply(row: AgentRow, status: AgentStatus, now: datetime) -> None:
     stored = AgentStatus.model_validate(row.status)
     # Retried requests can arrive out of order; an older report never replaces a newer.
-    if _utc(status.time) >= _utc(stored.time):
+    # A row stored before times were capped may lie in the future: it counts as now.
+    if _utc(status.time) >= min(_utc(stored.time), now):
         row.base_model = status.base_model
         row.status = status.model_dump(mode="json")
 
@@ -63,18 +64,24 @@ def _apply(row: AgentRow, status: AgentStatus) -> None:
 async def upsert_agent_status(session: AsyncSession, status: AgentStatus) -> AgentRow:
     """Store a report and mark the agent seen now; the caller commits.
 
-    Also the entry point for reports that arrive some other way than HTTP.
+    Also the entry point for reports that arrive some other way than HTTP. The report's
+    time is capped at the registry's clock: an agent whose clock runs ahead would
+    otherwise make every later report look older, and its status would freeze.
     """
+    now = utcnow()
+    if _utc(status.time) > now:
+        status = status.model_copy(update={"time": now})
     row = await session.get(AgentRow, status.agent_id, with_for_update=True)
     if row is not None:
-        _apply(row, status)
+        _apply(row, status, now)
     else:
-        row = await _insert_agent(session, status)
-    row.last_seen_at = utcnow()
+        row = await _insert_agent(session, status, now)
+    row.last_seen_at = now
     return row
 
 
-async def _insert_agent(session: AsyncSession, status: AgentStatus) -> AgentRow:
+async def _insert_agent(session: AsyncSession, status: AgentStatus,
+                        now: datetime) -> AgentRow:
     try:
         async with session.begin_nested():
             row = AgentRow(agent_id=status.agent_id, base_model=status.base_model,
@@ -87,8 +94,29 @@ async def _insert_agent(session: AsyncSession, status: AgentStatus) -> AgentRow:
                                      populate_existing=True)
         if existing is None:
             raise
-        _apply(existing, status)
+        _apply(existing, status, now)
         return existing
+
+
+async def _bind_agent_token(session: AsyncSession, principal: Principal,
+                            agent_id: str) -> None:
+    """An agent token reports for one agent: the first id it reports as, if not made for one.
+
+    Admins may report for any agent. The binding is in the caller's transaction, so a
+    refused or failed report binds nothing.
+    """
+    if principal.role is not Role.AGENT:
+        return
+    # One conditional UPDATE: of two first reports racing, one binds and the other sees it.
+    await session.execute(
+        update(ApiToken).where(ApiToken.id == principal.token_id, ApiToken.agent_id.is_(None))
+        .values(agent_id=agent_id))
+    bound = await session.scalar(select(ApiToken.agent_id)
+                                 .where(ApiToken.id == principal.token_id))
+    if bound != agent_id:
+        raise Forbidden(f"this agent token reports for agent {bound!r} only",
+                        code="agent_id_forbidden",
+                        detail={"agent_id": agent_id, "token_agent_id": bound})
 
 
 async def report_status(
@@ -96,6 +124,7 @@ async def report_status(
 ) -> AgentOut:
     principal.require(Role.AGENT)
     _check_report(agent_id, status)
+    await _bind_agent_token(session, principal, agent_id)
     row = await upsert_agent_status(session, status)
     await session.commit()
     return _out(row, AgentStatus.model_validate(row.status), now=row.last_seen_at,
@@ -159,12 +188,8 @@ async def _rollout_adapter(session: AsyncSession, principal: Principal, name: st
 
 
 async def _alias_targets(session: AsyncSession, adapter: Adapter) -> list[AliasTarget]:
-    rows = await session.execute(
-        select(Alias.name, Alias.revision, Version.number)
-        .outerjoin(Version, Version.id == Alias.version_id)
-        .where(Alias.adapter_id == adapter.id).order_by(Alias.name)
-    )
-    return [AliasTarget(alias=a, version=v, revision=r) for a, r, v in rows]
+    return [AliasTarget(alias=alias.name, version=number, revision=alias.revision)
+            for alias, number in await alias_versions(session, adapter, removed=True)]
 
 
 async def _reports(session: AsyncSession, stale_after_s: float) -> list[AgentReport]:

@@ -32,6 +32,12 @@ async def delete_alias(name: str, alias: str, session: SessionDep,
 @router.post("/{alias}/rollback")
 async def rollback_alias(name: str, alias: str, session: SessionDep, principal: PrincipalDep,
                          body: RollbackRequest | None = None) -> AliasState:
+    """Undo the alias's latest move that no rollback has undone yet.
+
+    Every move but a rollback is pushed on an undo stack and each rollback pops one,
+    pointing the alias at the version it had before that move: after v1, v2, v3,
+    rollbacks go to v2, then v1, then answer 409 ``no_previous_version``.
+    """
     expected = body.expected_revision if body else None
     return await service.rollback(session, principal, name, alias, expected)
 

@@ -1,38 +1,13 @@
+"""The aliases API's bodies: the wire contract lives in the shared core."""
+
 from __future__ import annotations
 
-from datetime import datetime
+from loraplane.api.aliases import (
+    AliasHistory,
+    AliasMoveOut,
+    AliasMoveRequest,
+    AliasState,
+    RollbackRequest,
+)
 
-from pydantic import BaseModel, Field
-
-
-class AliasMoveRequest(BaseModel):
-    version: int = Field(gt=0)
-    expected_revision: int | None = Field(default=None, ge=0)
-
-
-class RollbackRequest(BaseModel):
-    expected_revision: int | None = Field(default=None, ge=0)
-
-
-class AliasState(BaseModel):
-    adapter: str
-    alias: str
-    version: int | None
-    previous_version: int | None
-    revision: int
-    changed: bool
-
-
-class AliasMoveOut(BaseModel):
-    revision: int
-    action: str
-    from_version: int | None
-    to_version: int | None
-    actor: str
-    created_at: datetime
-
-
-class AliasHistory(BaseModel):
-    adapter: str
-    alias: str
-    moves: list[AliasMoveOut]
+__all__ = ["AliasHistory", "AliasMoveOut", "AliasMoveRequest", "AliasState", "RollbackRequest"]

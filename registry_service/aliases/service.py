@@ -1,16 +1,21 @@
 """Alias moves: promote, rollback, delete, and the moves a push makes.
 
 Every move bumps the alias's revision, is recorded in ``alias_moves`` and writes an
-``adapter_updated`` event in the same transaction.
+``adapter_updated`` event in the same transaction. The other domains read and move
+aliases through this module too (``alias_versions``, ``alias_targets``,
+``remove_all_aliases``).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, Row, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from loraplane.events import AdapterUpdated, AliasAction
 from loraplane.naming import is_slug
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
@@ -19,7 +24,8 @@ from registry_service.aliases.schemas import AliasHistory, AliasMoveOut, AliasSt
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
 from registry_service.errors import Conflict, InvalidInput, NotFound
-from registry_service.events.service import record_event
+from registry_service.events.service import envelope, record_event
+from registry_service.versions.lookup import get_version, version_by_id
 from registry_service.versions.models import Version
 from registry_service.versions.refs import version_ref
 
@@ -48,23 +54,12 @@ async def lock_alias(session: AsyncSession, adapter: Adapter, name: str) -> Alia
     return alias
 
 
-async def get_version(session: AsyncSession, adapter: Adapter, number: int) -> Version:
-    version = await session.scalar(
-        select(Version).where(Version.adapter_id == adapter.id, Version.number == number)
-    )
-    if version is None:
-        raise NotFound(f"version {number} of {adapter.name!r} not found",
-                       code="version_not_found",
-                       detail={"adapter": adapter.name, "version": number})
-    return version
-
-
 async def move_alias_locked(
     session: AsyncSession, adapter: Adapter, alias: Alias, target: Version | None, *,
-    action: str, actor: str,
+    action: AliasAction, actor: str,
 ) -> AliasState:
     """Point a locked alias at ``target`` (None removes it). Never commits."""
-    previous = await session.get(Version, alias.version_id) if alias.version_id else None
+    previous = await version_by_id(session, alias.version_id)
     state = AliasState(adapter=adapter.name, alias=alias.name,
                        version=target.number if target else None,
                        previous_version=previous.number if previous else None,
@@ -83,20 +78,18 @@ async def move_alias_locked(
 
 def _record_move(
     session: AsyncSession, adapter: Adapter, alias: Alias, target: Version | None,
-    previous: Version | None, *, action: str, actor: str,
+    previous: Version | None, *, action: AliasAction, actor: str,
 ) -> None:
     ref = version_ref(adapter, target) if target else None
-    record_event(session, type="adapter_updated", tenant=adapter.tenant.name,
-                 adapter=adapter.name, actor=actor, body={
-                     "alias": alias.name, "revision": alias.revision, "action": action,
-                     "base_model": adapter.base_model,
-                     "version": target.number if target else None,
-                     "previous_version": previous.number if previous else None,
-                     "digest": target.digest if target else None,
-                     "rank": target.rank if target else None,
-                     "files": [f.model_dump() for f in ref.files] if ref else [],
-                     "target": ref.model_dump() if ref else None,
-                 })
+    event = AdapterUpdated(
+        **envelope(adapter.tenant.name, adapter.name), alias=alias.name,
+        revision=alias.revision, action=action, base_model=adapter.base_model,
+        version=target.number if target else None,
+        previous_version=previous.number if previous else None,
+        digest=target.digest if target else None, rank=target.rank if target else None,
+        files=ref.files if ref else [], target=ref,
+    )
+    record_event(session, event, actor=actor)
 
 
 def _check_revision(alias: Alias, expected: int | None) -> None:
@@ -150,23 +143,41 @@ async def rollback(
     session: AsyncSession, principal: Principal, name: str, alias_name: str,
     expected_revision: int | None,
 ) -> AliasState:
-    """Point the alias back at the version it pointed to before its last move."""
+    """Undo the alias's latest move that no rollback has undone yet.
+
+    The moves form an undo stack: every move but a rollback is pushed, and a rollback
+    pops one, pointing the alias back at that move's ``from`` version. So v1, v2, v3
+    followed by rollbacks goes to v2, then v1, then answers 409 ``no_previous_version``
+    (nothing before v1); a promote after a rollback is the next move undone.
+    """
     principal.require(Role.PUBLISHER)
     adapter = await get_visible_adapter(session, principal, name)
     alias = await _existing_alias(session, adapter, alias_name)
     _check_revision(alias, expected_revision)
-    last = await session.scalar(
-        select(AliasMove).where(AliasMove.alias_id == alias.id)
-        .order_by(AliasMove.revision.desc()).limit(1)
-    )
-    if last is None or last.from_version_id is None:
+    undone_from = await _move_to_undo(session, alias)
+    if undone_from is None:
         raise Conflict(f"alias {alias_name!r} has no previous version to go back to",
                        code="no_previous_version", detail={"alias": alias_name})
-    target = await session.get(Version, last.from_version_id)
+    target = await version_by_id(session, undone_from)
     state = await move_alias_locked(session, adapter, alias, target, action="rollback",
                                     actor=principal.name)
     await session.commit()
     return state
+
+
+async def _move_to_undo(session: AsyncSession, alias: Alias) -> int | None:
+    """The ``from`` version of the latest move not undone by a rollback, if any."""
+    moves = await session.execute(
+        select(AliasMove.action, AliasMove.from_version_id)
+        .where(AliasMove.alias_id == alias.id).order_by(AliasMove.revision)
+    )
+    stack: list[int | None] = []
+    for action, from_version_id in moves:
+        if action != "rollback":
+            stack.append(from_version_id)
+        elif stack:
+            stack.pop()
+    return stack[-1] if stack else None
 
 
 async def alias_history(
@@ -188,3 +199,44 @@ async def alias_history(
     if not moves:
         await _existing_alias(session, adapter, alias_name)
     return AliasHistory(adapter=adapter.name, alias=alias_name, moves=moves)
+
+
+async def alias_versions(
+    session: AsyncSession, adapter: Adapter, *, removed: bool = False
+) -> list[tuple[Alias, int | None]]:
+    """The adapter's aliases by name with the number of the version each points at;
+    with ``removed``, also the removed ones (their row stays, pointing nowhere)."""
+    query = (select(Alias, Version.number)
+             .outerjoin(Version, Version.id == Alias.version_id)
+             .where(Alias.adapter_id == adapter.id).order_by(Alias.name))
+    if not removed:
+        query = query.where(Alias.version_id.is_not(None))
+    return [(alias, number) for alias, number in await session.execute(query)]
+
+
+async def alias_targets(
+    session: AsyncSession, where: Sequence[ColumnElement[bool]]
+) -> Sequence[Row[Alias, Version]]:
+    """Every alias that points at a version, with that version, for the adapters
+    matching ``where`` (conditions on ``Adapter``), ordered by adapter and name."""
+    # Removed aliases keep their row with no version; the inner join leaves them out.
+    query = (
+        select(Alias, Version)
+        .join(Version, Alias.version_id == Version.id)
+        .join(Adapter, Alias.adapter_id == Adapter.id)
+        .where(*where)
+        .order_by(Alias.adapter_id, Alias.name)
+    )
+    return (await session.execute(query)).all()
+
+
+async def remove_all_aliases(
+    session: AsyncSession, adapter: Adapter, *, action: AliasAction, actor: str
+) -> None:
+    """Point every alias of ``adapter`` nowhere, one recorded move each. Never commits."""
+    aliases = await session.scalars(
+        select(Alias).where(Alias.adapter_id == adapter.id, Alias.version_id.is_not(None))
+        .with_for_update()
+    )
+    for alias in list(aliases):
+        await move_alias_locked(session, adapter, alias, None, action=action, actor=actor)

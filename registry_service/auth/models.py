@@ -23,5 +23,8 @@ class ApiToken(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # An agent token speaks for one agent: the id it was made for, or else the first
+    # id it reports as. NULL for other roles, and for an agent token not used yet.
+    agent_id: Mapped[str | None] = mapped_column(String(255), default=None)
 
     tenant: Mapped[Tenant | None] = relationship(lazy="joined")

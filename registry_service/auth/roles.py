@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-from registry_service.errors import Forbidden, NotFound
+from loraplane.api.tokens import Role
+from registry_service.errors import Forbidden
 
-
-class Role(enum.StrEnum):
-    READER = "reader"
-    PUBLISHER = "publisher"
-    ADMIN = "admin"
-    # Inference agents: read every tenant's desired state and blobs, report status.
-    AGENT = "agent"
-
+__all__ = ["Principal", "Role"]
 
 _RANK = {Role.READER: 1, Role.AGENT: 1, Role.PUBLISHER: 2, Role.ADMIN: 3}
 
@@ -51,9 +44,3 @@ class Principal:
 
     def can_see(self, tenant_id: int) -> bool:
         return self.is_global or self.tenant_id == tenant_id
-
-    def check_visible(self, tenant_id: int, *, what: str, name: str) -> None:
-        # Another tenant's resources answer 404, so names cannot be probed.
-        if not self.can_see(tenant_id):
-            raise NotFound(f"{what} {name!r} not found", code=f"{what}_not_found",
-                           detail={what: name})

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from loraplane.events import TokenIssued, TokenRevoked
 from registry_service.auth.models import ApiToken
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
 from registry_service.errors import BadRequest, Forbidden, InvalidInput, NotFound, Unauthorized
+from registry_service.events.service import envelope, record_audit
 from registry_service.tenants.service import get_or_create_tenant
 
 TOKEN_PREFIX = "lp_"
@@ -64,10 +66,14 @@ async def create_token(
     role: Role,
     tenant: str | None,
     secret: str | None = None,
+    agent_id: str | None = None,
 ) -> CreatedToken:
     """Create a token and commit; the secret is in the result and nowhere else."""
     actor.require(Role.ADMIN)
     _check_new_token(actor, name=name, role=role, tenant=tenant)
+    if agent_id is not None and role is not Role.AGENT:
+        raise BadRequest("only an agent token is bound to an agent id",
+                         code="agent_id_needs_agent_role")
     tenant_row = await get_or_create_tenant(session, tenant) if tenant else None
     secret = secret or new_secret()
     token = ApiToken(
@@ -77,10 +83,20 @@ async def create_token(
         role=role.value,
         tenant_id=tenant_row.id if tenant_row else None,
         tenant=tenant_row,
+        agent_id=agent_id,
     )
     session.add(token)
+    await session.flush()
+    _audit(session, token, TokenIssued, actor=actor)
     await session.commit()
     return CreatedToken(token=token, secret=secret)
+
+
+def _audit(session: AsyncSession, token: ApiToken, kind: type[TokenIssued | TokenRevoked], *,
+           actor: Principal) -> None:
+    tenant = token.tenant.name if token.tenant is not None else ""
+    record_audit(session, kind(**envelope(tenant, ""), token_id=token.id, name=token.name,
+                               role=token.role), actor=actor.name)
 
 
 def _check_new_token(actor: Principal, *, name: str, role: Role, tenant: str | None) -> None:
@@ -119,12 +135,17 @@ async def revoke_token(session: AsyncSession, actor: Principal, token_id: int) -
         raise NotFound(f"token {token_id} not found", code="token_not_found")
     if token.revoked_at is None:
         token.revoked_at = utcnow()
+        _audit(session, token, TokenRevoked, actor=actor)
         await session.commit()
     return token
 
 
-async def ensure_bootstrap_admin(session: AsyncSession, secret: str) -> None:
-    """Make ``secret`` the bootstrap admin token; an older bootstrap secret stops working."""
+async def ensure_bootstrap_admin(session: AsyncSession, secret: str) -> ApiToken:
+    """Make ``secret`` the bootstrap admin token; an older bootstrap secret stops working.
+
+    A revoked token stays revoked: an operator who revoked it meant it, and a restart
+    must not hand the old secret its power back. The caller sees ``revoked_at`` set.
+    """
     wanted = hash_token(secret)
     await session.execute(
         update(ApiToken)
@@ -133,8 +154,9 @@ async def ensure_bootstrap_admin(session: AsyncSession, secret: str) -> None:
         .values(revoked_at=utcnow())
     )
     existing = await session.scalar(select(ApiToken).where(ApiToken.token_hash == wanted))
-    if existing is None:
-        session.add(ApiToken(name=BOOTSTRAP_NAME, token_hash=wanted,
-                             prefix=secret[: len(TOKEN_PREFIX) + 6], role=Role.ADMIN.value))
-    elif existing.revoked_at is not None:
-        existing.revoked_at = None
+    if existing is not None:
+        return existing
+    token = ApiToken(name=BOOTSTRAP_NAME, token_hash=wanted,
+                     prefix=secret[: len(TOKEN_PREFIX) + 6], role=Role.ADMIN.value)
+    session.add(token)
+    return token

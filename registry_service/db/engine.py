@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +20,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from registry_service.errors import Unavailable
+
+log = logging.getLogger(__name__)
 
 
 def _sqlite_pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
@@ -46,6 +49,31 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
     return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10)
+
+
+_DATABASE_MODULES = ("sqlalchemy.", "asyncpg.", "aiosqlite.", "sqlite3.")
+
+
+def _raised_by_database(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside the database driver or SQLAlchemy.
+
+    The drivers raise plain OSErrors (a refused connection, a reset socket) that
+    SQLAlchemy does not wrap; an OSError of any other origin is not a database error.
+    """
+    tb = exc.__traceback__
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module.startswith(_DATABASE_MODULES):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _unreachable(exc: Exception) -> Unavailable:
+    # The driver's text can name hosts and files; it goes to the log, not to the client.
+    log.warning("the database cannot be reached: %s", exc)
+    return Unavailable("the database cannot be reached", code="database_unavailable",
+                       detail={"error": type(exc).__name__})
 
 
 # Set in ``session.info`` by whoever adds an outbox row; read after the commit.
@@ -88,9 +116,14 @@ class Database:
         try:
             async with self.sessions() as session:
                 yield session
-        except (OperationalError, ConnectionError, OSError) as exc:
-            raise Unavailable("the database cannot be reached", code="database_unavailable",
-                              detail={"reason": str(exc)[:300]}) from exc
+        except OperationalError as exc:
+            raise _unreachable(exc) from exc
+        except OSError as exc:
+            # The session spans a whole request: an OSError of the request's own work
+            # (staging, the local blob store) passes through as it is.
+            if not _raised_by_database(exc):
+                raise
+            raise _unreachable(exc) from exc
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise Unavailable("the database connection was lost",

@@ -1,17 +1,22 @@
-"""Programmatic Alembic: upgrade, downgrade, and the at-head check done at start-up."""
+"""Programmatic Alembic: upgrade, downgrade, the at-head check done at start-up, and
+``migrate_database`` (what ``loraplane registry migrate`` runs)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection
+from alembic.util.exc import CommandError
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from registry_service.db.engine import Database
 from registry_service.errors import RegistryError
+from registry_service.settings import RegistrySettings
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -19,6 +24,12 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 class DatabaseNotMigrated(RegistryError):
     status = 503
     code = "database_not_migrated"
+
+
+class MigrationFailed(RegistryError):
+    """A migration could not run; ``code`` says whether the database was unreachable."""
+
+    code = "migration_failed"
 
 
 def alembic_config(database_url: str) -> Config:
@@ -70,3 +81,32 @@ async def ensure_at_head(db: Database) -> None:
             "run `loraplane registry migrate` (with the same --database-url) first",
             detail={"current": current, "head": head},
         )
+
+
+def migrate_database(
+    settings: RegistrySettings, revision: str, *, down: bool = False
+) -> tuple[str | None, str | None]:
+    """Move the schema up (or ``down``) to ``revision``; the revisions before and after."""
+    if settings.is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.effective_database_url
+    try:
+        return asyncio.run(_migrate(url, revision, down))
+    except CommandError as exc:
+        raise MigrationFailed(f"migration failed: {exc}") from exc
+    except (SQLAlchemyError, OSError) as exc:
+        reason = getattr(exc, "orig", None) or exc
+        where = make_url(url).render_as_string(hide_password=True)
+        raise MigrationFailed(
+            f"cannot migrate {where}: {reason}", code="database_unavailable"
+        ) from exc
+
+
+async def _migrate(url: str, revision: str, down: bool) -> tuple[str | None, str | None]:
+    db = Database(url)
+    try:
+        before = await current_revision(db)
+        await (downgrade(db, revision) if down else upgrade(db, revision))
+        return before, await current_revision(db)
+    finally:
+        await db.close()

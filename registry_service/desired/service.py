@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Row, select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import DesiredAdapter, DesiredAlias, DesiredState, RouteRule
+from loraplane.events import DesiredAdapter, DesiredAlias, DesiredState
 from registry_service.adapters.models import Adapter
-from registry_service.aliases.models import Alias
+from registry_service.aliases.service import alias_targets
 from registry_service.auth.roles import Principal, Role
 from registry_service.events.service import last_event_seq, last_stream_seq
-from registry_service.routing.models import RouteRuleRow
-from registry_service.routing.service import route_rule
-from registry_service.versions.models import Version
+from registry_service.routing.service import rules_to
 from registry_service.versions.refs import version_ref
 
 
@@ -35,32 +33,6 @@ def _adapter_filter(
 
 async def _adapters(session: AsyncSession, where: Sequence[ColumnElement[bool]]) -> list[Adapter]:
     return list(await session.scalars(select(Adapter).where(*where).order_by(Adapter.name)))
-
-
-async def _aliases(
-    session: AsyncSession, where: Sequence[ColumnElement[bool]]
-) -> Sequence[Row[Alias, Version]]:
-    # Removed aliases keep their row with no version; the inner join leaves them out.
-    query = (
-        select(Alias, Version)
-        .join(Version, Alias.version_id == Version.id)
-        .join(Adapter, Alias.adapter_id == Adapter.id)
-        .where(*where)
-        .order_by(Alias.adapter_id, Alias.name)
-    )
-    return (await session.execute(query)).all()
-
-
-async def _routes(
-    session: AsyncSession, where: Sequence[ColumnElement[bool]]
-) -> list[RouteRule]:
-    query = (
-        select(RouteRuleRow, Adapter)
-        .join(Adapter, RouteRuleRow.adapter_id == Adapter.id)
-        .where(*where)
-        .order_by(RouteRuleRow.kind, RouteRuleRow.key)
-    )
-    return [route_rule(rule, adapter) for rule, adapter in (await session.execute(query)).all()]
 
 
 async def _consistent_reads(session: AsyncSession) -> None:
@@ -95,7 +67,7 @@ async def desired_state(
     adapters = await _adapters(session, where)
     aliases: dict[int, list[DesiredAlias]] = {adapter.id: [] for adapter in adapters}
     by_id = {adapter.id: adapter for adapter in adapters}
-    for alias, version in await _aliases(session, where):
+    for alias, version in await alias_targets(session, where):
         # Both reads share one snapshot, but the filter keeps a dangling alias (should
         # a read ever see a newer moment) out rather than failing the whole snapshot.
         if alias.adapter_id in by_id:
@@ -106,5 +78,5 @@ async def desired_state(
         base_model=base_model, stream_seq=stream_seq, event_seq=event_seq,
         adapters=[DesiredAdapter(tenant=a.tenant.name, name=a.name, base_model=a.base_model,
                                  aliases=aliases[a.id]) for a in adapters],
-        routes=await _routes(session, where),
+        routes=await rules_to(session, where),
     )

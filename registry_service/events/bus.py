@@ -18,6 +18,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from loraplane.events import STREAM_NAME, STREAM_SUBJECTS
+from loraplane.netutil import mask_url
 from registry_service.errors import EventBusUnavailable
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class EventBus:
             await self.close()
             raise
         self._js = JetStreamContext(self._nc, timeout=self.request_timeout_s)
-        log.info("connected to NATS at %s", self.url)
+        log.info("connected to NATS at %s", mask_url(self.url))
 
     async def _connect(self) -> None:
         await self._nc.connect(
@@ -103,16 +104,16 @@ class EventBus:
 
     async def _on_disconnected(self) -> None:
         if not self._closing:
-            log.warning("disconnected from NATS at %s", self.url)
+            log.warning("disconnected from NATS at %s", mask_url(self.url))
 
     async def _on_reconnected(self) -> None:
-        log.info("reconnected to NATS at %s", self.url)
+        log.info("reconnected to NATS at %s", mask_url(self.url))
 
     def _jetstream(self) -> JetStreamContext:
         if self._js is None or not self._nc.is_connected:
             # Publishing while reconnecting would only pile messages into the client's
             # buffer; the relay retries the rows instead.
-            raise EventBusUnavailable("not connected to NATS", detail={"url": self.url})
+            raise EventBusUnavailable("not connected to NATS", detail={"url": mask_url(self.url)})
         return self._js
 
     async def ensure_stream(self) -> None:

@@ -19,13 +19,13 @@ from contextlib import suppress
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from registry_service.api.metrics import RegistryMetrics
 from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import EventBusUnavailable, RegistryError
 from registry_service.events.bus import EventBus
 from registry_service.events.models import EventRow
 from registry_service.events.service import event_json
+from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
 
 log = logging.getLogger(__name__)
@@ -58,10 +58,20 @@ class EventRelay:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._failures = 0
+        self._passes = 0
 
     @property
     def connected(self) -> bool:
         return self._bus is not None and self._bus.is_connected
+
+    @property
+    def passes(self) -> int:
+        """Passes over the outbox finished so far, whether they published or failed.
+
+        Two more passes than at some moment mean a whole pass began after it: every row
+        committed before that moment has been looked at since.
+        """
+        return self._passes
 
     async def start(self) -> None:
         """Start the loop; it connects in the background, so NATS may be down now."""
@@ -119,14 +129,17 @@ class EventRelay:
             try:
                 more = await self._pass()
             except RegistryError as exc:
+                self._passes += 1
                 self._failed(exc)
                 await self._backoff()
                 continue
             except Exception as exc:
+                self._passes += 1
                 log.exception("event relay pass failed")
                 self._failed(exc)
                 await self._backoff()
                 continue
+            self._passes += 1
             self._recovered()
             if not more:
                 await self._idle()

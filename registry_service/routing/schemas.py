@@ -1,29 +1,7 @@
+"""The routing API's bodies: the wire contract lives in the shared core."""
+
 from __future__ import annotations
 
-from datetime import datetime
+from loraplane.api.routing import RouteList, RouteOut, RoutePut
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from loraplane.events import RouteKind
-from loraplane.naming import DEFAULT_ALIAS
-
-
-class RoutePut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    adapter: str = Field(min_length=1, max_length=63)
-    alias: str = Field(default=DEFAULT_ALIAS, min_length=1, max_length=63)
-
-
-class RouteOut(BaseModel):
-    kind: RouteKind
-    key: str
-    adapter: str
-    alias: str
-    tenant: str
-    base_model: str
-    updated_at: datetime
-
-
-class RouteList(BaseModel):
-    routes: list[RouteOut]
+__all__ = ["RouteList", "RouteOut", "RoutePut"]

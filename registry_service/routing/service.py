@@ -9,20 +9,21 @@ tenants; a rule belongs to the tenant of the adapter it points at.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import cast
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Row, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import RouteKind, RouteRule
+from loraplane.events import RouteChanged, RouteKind, RouteRule
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
 from registry_service.aliases.service import check_alias_name
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
 from registry_service.errors import InvalidInput, NotFound
-from registry_service.events.service import record_event
+from registry_service.events.service import envelope, record_event
 from registry_service.routing.models import RouteRuleRow
 from registry_service.routing.schemas import RouteList, RouteOut
 
@@ -31,7 +32,7 @@ _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 def _check_key(key: str) -> None:
-    if not _KEY.match(key):
+    if not _KEY.fullmatch(key):
         raise InvalidInput("a route key must be 1-255 visible ASCII characters",
                            code="invalid_route_key", detail={"key": key[:300]})
 
@@ -50,12 +51,11 @@ def _out(row: RouteRuleRow, adapter: Adapter) -> RouteOut:
     return RouteOut(**route_rule(row, adapter).model_dump(), updated_at=row.updated_at)
 
 
-def _record(session: AsyncSession, actor: Principal, adapter: Adapter, *, kind: str,
-            key: str, rule: RouteRule | None) -> None:
-    record_event(session, type="route_changed", tenant=adapter.tenant.name,
-                 adapter=adapter.name, actor=actor.name,
-                 body={"kind": kind, "key": key,
-                       "rule": rule.model_dump(mode="json") if rule else None})
+def _record(session: AsyncSession, adapter: Adapter, *, kind: RouteKind, key: str,
+            rule: RouteRule | None, actor: str) -> None:
+    event = RouteChanged(**envelope(adapter.tenant.name, adapter.name), kind=kind, key=key,
+                         rule=rule)
+    record_event(session, event, actor=actor)
 
 
 async def _locked_rule(
@@ -115,7 +115,8 @@ async def put_route(
         if rule.adapter_id == target.id and rule.alias == alias:
             return _out(rule, target)
         rule.adapter_id, rule.alias, rule.updated_at = target.id, alias, utcnow()
-    _record(session, principal, target, kind=kind, key=key, rule=route_rule(rule, target))
+    _record(session, target, kind=kind, key=key, rule=route_rule(rule, target),
+            actor=principal.name)
     await session.commit()
     return _out(rule, target)
 
@@ -129,7 +130,7 @@ async def delete_route(
         raise _not_found(kind, key)
     rule, adapter = existing
     await session.delete(rule)
-    _record(session, principal, adapter, kind=kind, key=key, rule=None)
+    _record(session, adapter, kind=kind, key=key, rule=None, actor=principal.name)
     await session.commit()
 
 
@@ -137,12 +138,31 @@ async def list_routes(
     session: AsyncSession, principal: Principal, *, kind: RouteKind | None = None
 ) -> RouteList:
     principal.require(Role.READER)
-    query = (select(RouteRuleRow, Adapter).join(Adapter, Adapter.id == RouteRuleRow.adapter_id)
-             .order_by(RouteRuleRow.kind, RouteRuleRow.key))
+    where: list[ColumnElement[bool]] = []
     if not principal.is_global:
-        query = query.where(Adapter.tenant_id == principal.tenant_id)
+        where.append(Adapter.tenant_id == principal.tenant_id)
     if kind is not None:
-        query = query.where(RouteRuleRow.kind == kind)
-    rows = await session.execute(query)
-    return RouteList(routes=[_out(rule, adapter) for rule, adapter in rows])
+        where.append(RouteRuleRow.kind == kind)
+    return RouteList(routes=[_out(rule, adapter) for rule, adapter in await _rules(session, where)])
 
+
+async def _rules(
+    session: AsyncSession, where: Sequence[ColumnElement[bool]]
+) -> Sequence[Row[RouteRuleRow, Adapter]]:
+    query = (select(RouteRuleRow, Adapter).join(Adapter, Adapter.id == RouteRuleRow.adapter_id)
+             .where(*where).order_by(RouteRuleRow.kind, RouteRuleRow.key))
+    return (await session.execute(query)).all()
+
+
+async def rules_to(session: AsyncSession, where: Sequence[ColumnElement[bool]]) -> list[RouteRule]:
+    """The rules naming the adapters that match ``where`` (conditions on ``Adapter``)."""
+    return [route_rule(rule, adapter) for rule, adapter in await _rules(session, where)]
+
+
+async def drop_routes_to(session: AsyncSession, adapter: Adapter, *, actor: str) -> None:
+    """Delete every rule naming ``adapter``, one event each. Never commits."""
+    rules = await session.scalars(select(RouteRuleRow).where(RouteRuleRow.adapter_id == adapter.id))
+    for rule in list(rules):
+        _record(session, adapter, kind=cast(RouteKind, rule.kind), key=rule.key, rule=None,
+                actor=actor)
+        await session.delete(rule)

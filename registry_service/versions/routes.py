@@ -1,34 +1,32 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
+from loraplane.api.bounds import INT32_MAX
 from registry_service.blobs.base import BlobStream, content_disposition
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep
 from registry_service.versions import service
 from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
-from registry_service.versions.upload import ReceivedUpload, UploadLimits, receive_upload
+from registry_service.versions.upload import UploadBody
 
 router = APIRouter(prefix="/v1/adapters/{name}/versions", tags=["versions"])
+
+VersionPath = Annotated[int, Path(ge=1, le=INT32_MAX)]
 
 
 @router.post("", status_code=201, response_model=UploadResult,
              responses={200: {"model": UploadResult, "description": "identical re-upload"}})
 async def upload_version(name: str, request: Request, session: SessionDep,
                          principal: PrincipalDep, ctx: CtxDep) -> JSONResponse:
-    limits = UploadLimits(ctx.settings.max_file_bytes, ctx.settings.max_upload_bytes)
-
-    async def receive(staging: Path) -> ReceivedUpload:
-        return await receive_upload(request.headers.get("content-type"),
-                                    request.headers.get("content-length"),
-                                    request.stream(), staging, limits)
-
+    body = UploadBody(content_type=request.headers.get("content-type"),
+                      content_length=request.headers.get("content-length"),
+                      chunks=request.stream())
     result = await service.publish_version(session, principal, name, blobs=ctx.blobs,
-                                           settings=ctx.settings, receive=receive)
+                                           settings=ctx.settings, body=body)
     return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
 
 
@@ -40,13 +38,13 @@ async def list_versions(name: str, session: SessionDep, principal: PrincipalDep,
 
 
 @router.get("/{version}")
-async def get_version(name: str, version: int, session: SessionDep,
+async def get_version(name: str, version: VersionPath, session: SessionDep,
                       principal: PrincipalDep) -> VersionOut:
     return await service.show_version(session, principal, name, version)
 
 
 @router.get("/{version}/files/{filename}", response_model=None)
-async def get_file(name: str, version: int, filename: str, session: SessionDep,
+async def get_file(name: str, version: VersionPath, filename: str, session: SessionDep,
                    principal: PrincipalDep, ctx: CtxDep) -> Response:
     found = await service.open_file(session, principal, name, version, filename,
                                     blobs=ctx.blobs, settings=ctx.settings)

@@ -1,33 +1,7 @@
+"""The versions API's bodies: the wire contract lives in the shared core."""
+
 from __future__ import annotations
 
-from datetime import datetime
+from loraplane.api.versions import UploadResult, VersionOut, VersionPage
 
-from pydantic import BaseModel
-
-from loraplane.events import FileRef
-from registry_service.aliases.schemas import AliasState
-
-
-class VersionOut(BaseModel):
-    adapter: str
-    version: int
-    digest: str
-    base_model: str
-    rank: int
-    alpha: float
-    target_modules: list[str]
-    files: list[FileRef]
-    total_size: int
-    uploader: str
-    notes: str
-    created_at: datetime
-
-
-class UploadResult(VersionOut):
-    created: bool
-    aliases: list[AliasState]
-
-
-class VersionPage(BaseModel):
-    versions: list[VersionOut]
-    next_cursor: str | None
+__all__ = ["UploadResult", "VersionOut", "VersionPage"]

@@ -2,36 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from loraplane.api.bounds import INT32_MAX, parse_bounded
+from loraplane.events import VersionPublished
 from loraplane.naming import DEFAULT_ALIAS
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
 from registry_service.aliases.schemas import AliasState
-from registry_service.aliases.service import (
-    check_alias_name,
-    get_version,
-    lock_alias,
-    move_alias_locked,
-)
+from registry_service.aliases.service import check_alias_name, lock_alias, move_alias_locked
 from registry_service.auth.roles import Principal, Role
 from registry_service.blobs.base import BlobStore, BlobStream
 from registry_service.errors import BadRequest, NotFound
-from registry_service.events.service import record_event
+from registry_service.events.service import envelope, record_event
 from registry_service.settings import RegistrySettings
+from registry_service.versions.lookup import get_version
 from registry_service.versions.models import Version
 from registry_service.versions.refs import version_ref
 from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
-from registry_service.versions.staging import StagedVersion, stage_version, staging_area
-from registry_service.versions.upload import ReceivedFile, ReceivedUpload
-
-Receive = Callable[[Path], Awaitable[ReceivedUpload]]
+from registry_service.versions.staging import (
+    StagedVersion,
+    local_disk_errors,
+    stage_version,
+    staging_area,
+)
+from registry_service.versions.upload import ReceivedFile, UploadBody, UploadLimits, receive_upload
 
 
 def parse_aliases(raw: str | None) -> list[str]:
@@ -64,31 +63,42 @@ async def store_blobs(blobs: BlobStore, files: list[ReceivedFile]) -> None:
 
 async def publish_version(
     session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
-    settings: RegistrySettings, receive: Receive,
+    settings: RegistrySettings, body: UploadBody,
 ) -> UploadResult:
-    """Receive, validate and store a version, then move its aliases, in one commit."""
+    """Receive, validate and store a version, then move its aliases, in one commit.
+
+    The caller is checked before the body is read, so a refused upload is not
+    streamed to disk first.
+    """
     principal.require(Role.PUBLISHER)
     base_model = (await get_visible_adapter(session, principal, name)).base_model
     # Hold no transaction (on SQLite: no write lock) while the body streams in.
     await session.rollback()
+    limits = UploadLimits(settings.max_file_bytes, settings.max_upload_bytes)
     async with staging_area(settings.staging_dir) as staging:
-        upload = await receive(staging)
-        aliases = parse_aliases(upload.fields.get("aliases"))
-        staged = await stage_version(upload, staging, settings, base_model)
+        with local_disk_errors():
+            upload = await receive_upload(body, staging, limits)
+            aliases = parse_aliases(upload.fields.get("aliases"))
+            staged = await stage_version(upload, staging, settings, base_model)
         await store_blobs(blobs, staged.files)
         notes = upload.fields.get("notes", "")
         try:
-            return await _commit(session, principal, name, staged, aliases, notes)
+            result = await _add_version(session, principal, name, staged, aliases, notes)
+            await session.commit()
         except IntegrityError:
             # A concurrent identical upload won the race; ours is now a re-upload.
             await session.rollback()
-            return await _commit(session, principal, name, staged, aliases, notes)
+            result = await _add_version(session, principal, name, staged, aliases, notes)
+            await session.commit()
+        return result
 
 
-async def _commit(
+async def _add_version(
     session: AsyncSession, principal: Principal, name: str, staged: StagedVersion,
     aliases: list[str], notes: str,
 ) -> UploadResult:
+    """The version row (unless this content is already one), its ``version_published``
+    event and the alias moves, in the caller's transaction. Never commits."""
     adapter = await get_visible_adapter(session, principal, name, for_update=True)
     version = await session.scalar(
         select(Version).where(Version.adapter_id == adapter.id, Version.digest == staged.digest)
@@ -98,16 +108,15 @@ async def _commit(
         version = _new_version(adapter, staged, principal, notes)
         session.add(version)
         await session.flush()
-        record_event(session, type="version_published", tenant=adapter.tenant.name,
-                     adapter=adapter.name, actor=principal.name,
-                     body={"base_model": adapter.base_model,
-                           "target": version_ref(adapter, version).model_dump()})
+        event = VersionPublished(**envelope(adapter.tenant.name, adapter.name),
+                                 base_model=adapter.base_model,
+                                 target=version_ref(adapter, version))
+        record_event(session, event, actor=principal.name)
     states: list[AliasState] = []
     for alias_name in aliases:
         alias = await lock_alias(session, adapter, alias_name)
         states.append(await move_alias_locked(session, adapter, alias, version,
                                               action="publish", actor=principal.name))
-    await session.commit()
     out = version_out(adapter, version)
     return UploadResult(**out.model_dump(), created=created, aliases=states)
 
@@ -132,9 +141,10 @@ async def list_versions(
     adapter = await get_visible_adapter(session, principal, name)
     query = select(Version).where(Version.adapter_id == adapter.id)
     if cursor is not None:
-        if not cursor.isdigit():
+        before = parse_bounded(cursor, low=1, high=INT32_MAX)
+        if before is None:
             raise BadRequest("the cursor is not valid", code="invalid_cursor")
-        query = query.where(Version.number < int(cursor))
+        query = query.where(Version.number < before)
     rows = list(await session.scalars(query.order_by(Version.number.desc()).limit(limit + 1)))
     page = [version_out(adapter, v) for v in rows[:limit]]
     next_cursor = str(rows[limit - 1].number) if len(rows) > limit else None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import shutil
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from loraplane.digest import sha256_file, version_digest
 from loraplane.lora.archive import extract_archive
 from loraplane.lora.errors import AdapterInvalid
 from loraplane.lora.validate import AdapterSummary, validate_adapter_dir
+from registry_service.errors import InsufficientStorage, LocalStorageError
 from registry_service.settings import RegistrySettings
 from registry_service.versions.upload import ReceivedFile, ReceivedUpload
 
@@ -33,11 +36,34 @@ class StagedVersion:
                 for f in sorted(self.files, key=lambda f: f.name)]
 
 
+log = logging.getLogger(__name__)
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def local_disk_errors() -> Iterator[None]:
+    """Turn an OSError of the registry's own disk into a domain error.
+
+    The OS's text names the server's paths, so it goes to the log, not to the client.
+    """
+    try:
+        yield
+    except OSError as exc:
+        log.error("staging an upload failed: %s", exc)
+        code = errno.errorcode.get(exc.errno or 0, "")
+        if exc.errno in _DISK_FULL:
+            raise InsufficientStorage("the registry's disk is full; try again later",
+                                      detail={"errno": code}) from exc
+        raise LocalStorageError("the registry could not write the upload to its disk",
+                                detail={"errno": code}) from exc
+
+
 @asynccontextmanager
 async def staging_area(root: Path) -> AsyncIterator[Path]:
     """A private folder for one upload, removed afterwards whatever happened."""
     path = root / uuid.uuid4().hex
-    path.mkdir(parents=True)
+    with local_disk_errors():
+        path.mkdir(parents=True)
     try:
         yield path
     finally:

@@ -23,6 +23,8 @@ from registry_service.errors import BadRequest, PayloadTooLarge
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 FORM_FIELDS = ("aliases", "notes")
 MAX_FIELD_BYTES = 64 * 1024
+# The longest name a file system takes for one path component.
+MAX_FILENAME_BYTES = 255
 # Bytes buffered per file before one write + hash in a worker thread.
 FLUSH_BYTES = 4 * 1024 * 1024
 
@@ -31,6 +33,15 @@ FLUSH_BYTES = 4 * 1024 * 1024
 class UploadLimits:
     max_file_bytes: int
     max_upload_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class UploadBody:
+    """A version upload as the HTTP layer hands it over: the multipart body, not yet read."""
+
+    content_type: str | None
+    content_length: str | None
+    chunks: AsyncIterator[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +68,13 @@ def is_archive(name: str) -> bool:
 
 
 def _check_filename(filename: str) -> str:
-    if not filename or "/" in filename or "\\" in filename or filename in (".", ".."):
+    if not filename or any(c in filename for c in "/\\\x00") or filename in (".", ".."):
         raise AdapterInvalid("unknown_file", f"file name {filename!r} is not a plain name",
                              {"file": filename})
+    if len(filename.encode()) > MAX_FILENAME_BYTES:
+        raise AdapterInvalid(
+            "unknown_file", f"file name {filename[:64]!r}... is longer than "
+            f"{MAX_FILENAME_BYTES} bytes", {"file": filename[:64]})
     if filename not in ALLOWED_FILES and not is_archive(filename):
         raise AdapterInvalid(
             "unknown_file",
@@ -205,20 +220,18 @@ def _boundary(content_type: str | None) -> bytes:
     return boundary
 
 
-async def receive_upload(
-    content_type: str | None, content_length: str | None, body: AsyncIterator[bytes],
-    staging: Path, limits: UploadLimits,
-) -> ReceivedUpload:
+async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits) -> ReceivedUpload:
     """Stream a multipart body into ``staging``; refuse it as soon as a limit is crossed."""
-    boundary = _boundary(content_type)
-    declared = int(content_length) if content_length and content_length.isdigit() else 0
+    boundary = _boundary(body.content_type)
+    length = body.content_length
+    declared = int(length) if length and length.isdigit() else 0
     if declared > limits.max_upload_bytes:
         raise _upload_too_large(limits)
     receiver = _Receiver(staging, limits)
     parser = MultipartParser(boundary, receiver.callbacks())  # type: ignore[arg-type]
     total = 0
     try:
-        async for chunk in body:
+        async for chunk in body.chunks:
             total += len(chunk)
             if total > limits.max_upload_bytes:
                 raise _upload_too_large(limits)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
-from collections.abc import Callable
+from collections import Counter
 from pathlib import Path
 
+from devharness.adapters import make_adapter
 from inference_agent.errors import VllmRefused, VllmUnavailable
+from inference_agent.serving.leases import Leases
 from loraplane.digest import sha256_file, version_digest
 from loraplane.events import FileRef, VersionRef
-from loraplane.naming import versioned_name
-from tests.support.adapters import make_adapter
 
 
 def ref_from_dir(adapter: str, version: int, folder: Path, *, rank: int = 8,
@@ -86,15 +85,26 @@ class FakeVllm:
         self.names.pop(name, None)
 
 
-def vname(ref: VersionRef) -> str:
-    return versioned_name(ref.adapter, ref.version)
+class WatchedLeases(Leases):
+    """Real leases that record the waits on them: a test can tell that a drain or a load
+    is parked on a lease (and with which timeout), rather than guess how long that takes.
+    """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle_waits: list[tuple[str, float]] = []
+        self.waiting: Counter[str] = Counter()  # names with a wait_idle not yet returned
+        self.any_idle_waits = 0
 
-async def eventually(check: Callable[[], bool], *, timeout_s: float = 5.0,
-                     what: str = "condition") -> None:
-    """Poll ``check`` until it holds; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s}s")
-        await asyncio.sleep(0.005)
+    async def wait_idle(self, name: str, timeout_s: float) -> bool:
+        self.idle_waits.append((name, timeout_s))
+        self.waiting[name] += 1
+        try:
+            return await super().wait_idle(name, timeout_s)
+        finally:
+            self.waiting[name] -= 1
+
+    async def wait_any_idle(self, timeout_s: float) -> bool:
+        self.any_idle_waits += 1
+        return await super().wait_any_idle(timeout_s)
+

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.relay import PausableRelay
-from tests.support.vllm import VllmServer
+from devharness.tcp_pause import PausableTcpProxy
+from devharness.vllm import VllmServer
 
 
 @pytest.fixture(scope="module")
-def relay(vllm_server: VllmServer) -> Iterator[PausableRelay]:
+def tcp_proxy(vllm_server: VllmServer) -> Iterator[PausableTcpProxy]:
     """The agents' way to the module's vLLM (its ``vllm_server`` fixture): passes
     everything, and holds a stream with HELD_PROMPT while the test says so."""
-    with PausableRelay(vllm_server.url) as relay:
-        yield relay
+    with PausableTcpProxy(vllm_server.url) as tcp_proxy:
+        yield tcp_proxy

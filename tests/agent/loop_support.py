@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,31 +13,28 @@ from typing import Any
 import httpx
 import uvicorn
 
+from devharness.registry import RegistryHarness, registry_settings
+from devharness.services import NatsService
+from devharness.uploads import upload_dir
+from devharness.waiting import eventually
+from inference_agent.control.contract import SwapResult
 from inference_agent.errors import AgentError
-from inference_agent.routing import RouteTable
 from inference_agent.service import QuietServer
-from inference_agent.swap import SwapResult
-from loraplane.events import VersionRef
+from inference_agent.serving.routes import RouteTable
+from loraplane.events import RouteRule, VersionRef
 from loraplane.netutil import free_port
 from registry_service.app import create_app
-from tests.support.registry import RegistryHarness, registry_settings
-from tests.support.services import NatsService
-from tests.support.uploads import upload_dir
 
 
-async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout_s: float = 10.0,
-                     what: str = "condition", interval_s: float = 0.005) -> None:
-    """Poll ``check`` (sync or async) until it holds; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not await _holds(check):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s}s")
-        await asyncio.sleep(interval_s)
+async def one_loop_turn() -> None:
+    """Let every callback the loop already has ready run before this returns.
 
-
-async def _holds(check: Callable[[], bool | Awaitable[bool]]) -> bool:
-    result = check()
-    return bool(await result) if inspect.isawaitable(result) else bool(result)
+    asyncio runs ready callbacks first in, first out, and this task's wake-up joins the
+    end of that line: a task just created has taken its first step (up to its first
+    wait), and a waiter woken before this call has run on. A number of loop turns, not a
+    duration, so no load can make it too short.
+    """
+    await asyncio.sleep(0)
 
 
 class FakeSwapper:
@@ -64,8 +59,38 @@ class FakeSwapper:
                           new=target.version if target else None, loaded=False,
                           flipped=flipped)
 
+    def record(self, adapter: str, alias: str, revision: int, ref: VersionRef) -> None:
+        self.routes.set_alias(adapter, alias, revision, ref)
+
+    def drop_adapter(self, adapter: str) -> None:
+        self.routes.drop_adapter(adapter)
+
+    def set_rules(self, rules: list[RouteRule]) -> None:
+        self.routes.set_rules(rules)
+
     def draining(self) -> set[str]:
         return set()
+
+
+class FakeCache:
+    """The reconciler's view of the cache: records pins, loads and resyncs."""
+
+    def __init__(self) -> None:
+        self.pinned: set[str] = set()
+        self.loaded: list[str] = []
+        self.resyncs = 0
+
+    def pin(self, adapter: str) -> None:
+        self.pinned.add(adapter)
+
+    async def ensure_active(self, target: VersionRef) -> str:
+        name = f"{target.adapter}@{target.version}"
+        self.loaded.append(name)
+        return name
+
+    async def resync(self) -> set[str]:
+        self.resyncs += 1
+        return {"lost@1"}
 
 
 # --- a registry over real HTTP ------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.relay import HELD_PROMPT
+from devharness.tcp_pause import HELD_PROMPT
 
 HEADER = "X-Loraplane-Adapter"
 COMPLETION: dict[str, Any] = {"prompt": "The registry publishes", "max_tokens": 16,
@@ -15,7 +15,7 @@ COMPLETION: dict[str, Any] = {"prompt": "The registry publishes", "max_tokens": 
 CHAT: dict[str, Any] = {"messages": [{"role": "user", "content": "Which version is this?"}],
                         "max_tokens": 16, "temperature": 0, "ignore_eos": True}
 # A stream that stays in flight while a test takes its next steps: the agent reaches
-# vLLM through a PausableRelay, which holds the rest of this answer after its first
+# vLLM through a PausableTcpProxy, which holds the rest of this answer after its first
 # event until the test releases it. Length alone proves nothing: on a loaded machine the
 # whole answer can reach the agent before the test has read its first chunk.
 HELD_STREAM: dict[str, Any] = {**COMPLETION, "prompt": HELD_PROMPT, "max_tokens": 400,

@@ -17,15 +17,15 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
-from inference_agent.cache import AdapterCache
-from inference_agent.leases import Leases
-from inference_agent.materialize import Materializer
 from inference_agent.metrics import AgentMetrics
-from inference_agent.proxy import create_proxy_app
-from inference_agent.proxy_stream import Inflight
-from inference_agent.registry_client import RegistryClient
-from inference_agent.routing import RouteTable
-from inference_agent.vllm_client import VllmClient
+from inference_agent.node.cache import AdapterCache
+from inference_agent.node.materialize import Materializer
+from inference_agent.node.registry_client import RegistryLink
+from inference_agent.node.vllm_client import VllmClient
+from inference_agent.serving.leases import Leases
+from inference_agent.serving.proxy import create_proxy_app
+from inference_agent.serving.routes import RouteTable
+from inference_agent.serving.streams import Inflight
 from loraplane.digest import sha256_file, version_digest
 from loraplane.events import FileRef, VersionRef
 from loraplane.lora import BaseModelShapes
@@ -78,6 +78,8 @@ class ProxyAgent:
     metrics: AgentMetrics
     materializer: Materializer
     inflight: Inflight
+    # One entry per resync the proxy asked the control loop for.
+    resyncs: list[str]
 
     def sample(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
@@ -92,7 +94,7 @@ class ProxyAgent:
 class AgentOptions:
     capacity: int = 3
     load_wait_timeout_s: float = 30.0
-    registry: RegistryClient | None = None
+    registry: RegistryLink | None = None
     draining: Callable[[], bool] | None = None
     ready: Callable[[], bool] | None = None
 
@@ -105,6 +107,7 @@ async def running_agent(vllm_url: str, base_dir: Path, cache_dir: Path,
     first (as --watch-dir does), so they are known but cold: not loaded in vLLM."""
     opts = options or AgentOptions()
     metrics, leases, routes = AgentMetrics(), Leases(), RouteTable(BASE)
+    resyncs: list[str] = []
     vllm = VllmClient(vllm_url)
     fetch = opts.registry.fetcher() if opts.registry is not None else None
     materializer = Materializer(cache_dir, max_bytes=1 << 30, fetch=fetch,
@@ -117,12 +120,13 @@ async def running_agent(vllm_url: str, base_dir: Path, cache_dir: Path,
                          is_routed=routes.is_routed)
     app = create_proxy_app(routes=routes, cache=cache, leases=leases, metrics=metrics,
                            vllm_url=vllm_url, base_model=BASE, registry=opts.registry,
-                           draining=opts.draining, ready=opts.ready)
+                           draining=opts.draining, ready=opts.ready,
+                           request_resync=lambda: resyncs.append("vllm"))
     try:
         async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url,
                                                              timeout=60.0) as client:
             yield ProxyAgent(url, client, routes, leases, cache, metrics, materializer,
-                             app.state.inflight)
+                             app.state.inflight, resyncs)
     finally:
         # The vLLM server outlives this agent: leave it with nothing loaded.
         with contextlib.suppress(Exception):

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
-from loraplane.cli.main import cli
+from devharness.adapters import make_base_config
 from loraplane.netutil import free_port
-from tests.support.adapters import make_base_config
+from loraplane_cli.main import cli
 
 
 def run(args: list[str], env: dict[str, str] | None = None) -> Result:

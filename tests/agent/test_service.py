@@ -14,20 +14,21 @@ from typing import Any
 import httpx
 import pytest
 
+from devharness.services import NatsService
+from devharness.tcp_pause import HELD_PROMPT, PausableTcpProxy
+from devharness.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+from devharness.waiting import eventually
+from inference_agent.control.failures import VersionFailure
 from inference_agent.errors import VllmUnavailable
-from inference_agent.reconciler import VersionFailure
-from inference_agent.registry_client import RegistryClient
-from inference_agent.routing import RouteTable
+from inference_agent.node.registry_client import RegistryLink
+from inference_agent.node.status import StatusReporter
+from inference_agent.node.vllm_client import VllmClient
 from inference_agent.service import Agent
+from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
-from inference_agent.status import StatusReporter
-from inference_agent.vllm_client import VllmClient
-from loraplane.events import FileRef, VersionRef
+from loraplane.events import AgentStatus, FileRef, VersionRef
 from loraplane.netutil import free_port
-from tests.agent.loop_support import FakeSwapper, ServedRegistry, eventually, served_registry
-from tests.support.relay import HELD_PROMPT, PausableRelay
-from tests.support.services import NatsService
-from tests.support.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+from tests.agent.loop_support import FakeSwapper, ServedRegistry, served_registry
 
 BASE = "tiny-llama"
 
@@ -74,10 +75,16 @@ async def test_status_reports_changes_and_survives_a_registry_outage(
     routes.set_alias("bot", "live", 1, ref("bot", 1))
     loaded.names = ["bot@1"]
     async with served_registry(tmp_path, nats, port) as reg:
-        client = RegistryClient(reg.url, await reg.agent_token())
+        client = RegistryLink(reg.url, await reg.agent_token())
+        tried: list[AgentStatus] = []
+
+        async def post(status: AgentStatus) -> None:
+            tried.append(status)
+            await client.post_status(status)
+
         reporter = StatusReporter(agent_id="gpu-1", base_model=BASE, routes=routes,
                                   cache=loaded, swapper=FakeSwapper(routes),
-                                  sources=[failures], post=client.post_status,
+                                  sources=[failures], post=post,
                                   heartbeat_interval_s=30, debounce_s=0.1, retry_s=0.3)
         task = asyncio.create_task(reporter.run())
         state: dict[str, Any] = {}
@@ -108,10 +115,12 @@ async def test_status_reports_changes_and_survives_a_registry_outage(
         assert status["failures"][0]["code"] == "rank_too_large"
         assert status["failures"][0]["state"] == "failed"
     # The registry is down: the reporter keeps running and retries.
-    posted = reporter.posted
+    posted, tries = reporter.posted, len(tried)
     routes.set_alias("bot", "live", 3, ref("bot", 5))
     reporter.changed()
-    await asyncio.sleep(1.0)
+    # The change was tried, failed, and was tried again: the reporter retries.
+    await eventually(lambda: len(tried) >= tries + 2, what="a report and its retry")
+    assert ("live", 5) in {(v.alias, v.version) for v in tried[-1].served}
     assert not task.done() and reporter.posted == posted
     async with served_registry(tmp_path, nats, port) as reg:
         await eventually(lambda: shows(lambda s: s["served"][0]["version"] == 5),
@@ -150,7 +159,12 @@ async def test_stop_during_start_up_is_clean(tmp_path: Path) -> None:
     agent = Agent(settings)
     run = asyncio.create_task(agent.run(install_signals=False))
     await eventually(lambda: agent.url is not None, what="listening")
-    await asyncio.sleep(0.3)
+    assert agent.url is not None
+    async with httpx.AsyncClient(base_url=agent.url) as client:
+        # Serving, and still waiting for vLLM: the stop lands in the middle of start-up.
+        await eventually(lambda: _answers(client), what="proxy up")
+        response = await client.get("/readyz")
+        assert response.status_code == 503 and response.json()["started"] is False
     agent.stop()
     async with asyncio.timeout(10):
         await run
@@ -201,7 +215,7 @@ async def complete(client: httpx.AsyncClient, model: str) -> tuple[int, str | No
 @pytest.mark.vllm
 async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
         tmp_path: Path, nats: NatsService, tiny_model: Path, vllm_server: VllmServer,
-        relay: PausableRelay) -> None:
+        tcp_proxy: PausableTcpProxy) -> None:
     adapters = tiny_model / "adapters"
     vllm = VllmClient(vllm_server.url)
     async with served_registry(tmp_path, nats) as reg:
@@ -213,7 +227,7 @@ async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
         shutil.copytree(adapters / "a4", watch / "local")
         settings = AgentSettings(
             registry=reg.url, token=await reg.agent_token(), nats_url=nats.url,
-            vllm_url=relay.url, base_model=BASE, agent_id="gpu-1", port=0,
+            vllm_url=tcp_proxy.url, base_model=BASE, agent_id="gpu-1", port=0,
             base_model_config=tiny_model / "base" / "config.json",
             cache_dir=tmp_path / "cache", max_loaded=3, pin=["bot"], watch_dir=watch,
             resync_interval_s=1.5, heartbeat_interval_s=2, drain_timeout_s=5,
@@ -260,20 +274,20 @@ async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
             await eventually(lambda: _has(vllm, "bot@2"), timeout_s=30, what="bot@2 back")
 
             # Staged shutdown: a running stream finishes, new requests get 503.
-            chunks = await _stream_across_shutdown(client, agent, relay)
+            chunks = await _stream_across_shutdown(client, agent, tcp_proxy)
             assert chunks[-1] == "data: [DONE]" and len(chunks) > 20
         await asyncio.wait_for(run, 30)
     await vllm.aclose()
 
 
 async def _stream_across_shutdown(client: httpx.AsyncClient, agent: Agent,
-                                  relay: PausableRelay) -> list[str]:
-    # Held by the relay until the refusal is seen: had the stream ended before stop(),
+                                  tcp_proxy: PausableTcpProxy) -> list[str]:
+    # Held by the TCP proxy until the refusal is seen: had the stream ended before stop(),
     # the agent would be gone, not refusing.
     body = {"model": "cold", "prompt": HELD_PROMPT, "max_tokens": 200,
             "temperature": 0, "stream": True, "ignore_eos": True}
     chunks: list[str] = []
-    with relay.holding():
+    with tcp_proxy.holding():
         async with client.stream("POST", "/v1/completions", json=body) as response:
             assert response.status_code == 200, await response.aread()
             lines = response.aiter_lines()
@@ -285,7 +299,7 @@ async def _stream_across_shutdown(client: httpx.AsyncClient, agent: Agent,
             refused = await client.post("/v1/completions",
                                         json={"model": "cold", "prompt": "x"})
             assert refused.status_code == 503, refused.text
-            relay.release()
+            tcp_proxy.release()
             chunks += [line async for line in lines if line]
     return chunks
 

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from loraplane.embedded_nats import die_with_parent_hook
 from loraplane.netutil import free_ports
+from loraplane.process import ChildProcess, ProcessError
 
-CLI = (sys.executable, "-m", "loraplane.cli")
+CLI = (sys.executable, "-m", "loraplane_cli")
 START_TIMEOUT_S = 90.0
 CALL_TIMEOUT_S = 120.0
 # The nats-server binary may be named explicitly on some machines; nothing else leaks in.
@@ -60,7 +59,7 @@ class ServedRegistry:
     url: str
     data_dir: Path
     log_path: Path
-    process: subprocess.Popen[bytes]
+    process: ChildProcess
 
     def env(self, **extra: str) -> dict[str, str]:
         return clean_env(**{"LORAPLANE_REGISTRY": self.url,
@@ -88,42 +87,37 @@ class ServedRegistry:
 
 def _wait_ready(served: ServedRegistry) -> str | None:
     """None once the registry answers and its admin token exists; else why it never did."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if served.process.poll() is not None:
-            return f"exited with {served.process.returncode}"
+
+    def probe() -> str | None:
         try:
-            if httpx.get(served.url + "/readyz", timeout=2).status_code == 200 and \
-                    (served.data_dir / "admin-token").exists():
-                return None
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    return f"not ready after {START_TIMEOUT_S}s"
+            status = httpx.get(served.url + "/readyz", timeout=2).status_code
+        except httpx.TransportError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if status != 200:
+            return f"/readyz answered {status}"
+        return None if (served.data_dir / "admin-token").exists() else "no admin token yet"
+
+    try:
+        served.process.wait_ready(probe, START_TIMEOUT_S, interval_s=0.2)
+    except ProcessError as exc:
+        return str(exc)
+    return None
 
 
-def _stop(process: subprocess.Popen[bytes]) -> int:
+def _stop(process: ChildProcess) -> int | None:
     """Ctrl-C, as an operator would; a registry that ignores it is killed."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            return process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    return process.wait()
+    return process.stop(30, signal.SIGINT)
 
 
 def start_registry(root: Path, attempt: int) -> tuple[ServedRegistry, str | None]:
     port, nats_port = free_ports(2)
     data_dir = root / f"data-{attempt}"
     log_path = root / f"serve-{attempt}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*CLI, "registry", "serve", "--port", str(port), "--data-dir", str(data_dir)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=clean_env(LORAPLANE_EMBEDDED_NATS_PORT=str(nats_port)),
-            preexec_fn=die_with_parent_hook(),  # noqa: PLW1509 - only a prctl call
-        )
+    process = ChildProcess(
+        "loraplane registry serve",
+        [*CLI, "registry", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+        log_path=log_path, env=clean_env(LORAPLANE_EMBEDDED_NATS_PORT=str(nats_port)))
+    process.start()
     served = ServedRegistry(f"http://127.0.0.1:{port}", data_dir, log_path, process)
     return served, _wait_ready(served)
 

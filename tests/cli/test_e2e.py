@@ -6,6 +6,7 @@ adapter names, so only the event log is shared (and read relative to its current
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -21,11 +22,14 @@ from typing import IO, Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from devharness.adapters import make_adapter, pack_adapter
+from devharness.openai_client import RETRY_OVER_HTTP
+from devharness.waiting import eventually
 from loraplane.netutil import free_port
 from registry_service.db.migrate import head_revision
 from tests.cli.conftest import CLI, ServedRegistry, clean_env
-from tests.support.adapters import make_adapter, pack_adapter
 
 pytestmark = pytest.mark.e2e
 
@@ -110,13 +114,27 @@ def test_push_promote_rollback_and_history(served: ServedRegistry, tmp_path: Pat
     assert lines[-1].endswith("acme/support-bot  live: 1 -> 2 (rollback, revision 4)")
 
 
+def event_polls(served: ServedRegistry) -> float:
+    """How many ``GET /v1/events`` the registry has answered, from its own metrics."""
+    text = httpx.get(served.url + "/metrics", timeout=10).text
+    wanted = {"method": "GET", "route": "/v1/events", "status": "200"}
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               for sample in family.samples
+               if sample.name == "loraplane_registry_requests_total"
+               and sample.labels == wanted)
+
+
+async def _polled_since(served: ServedRegistry, polls: float) -> bool:
+    return event_polls(served) > polls
+
+
 def _reader(stream: IO[str], lines: queue.Queue[str]) -> None:
     for line in stream:
         lines.put(line)
 
 
 def test_events_follow_prints_new_events_and_ctrl_c_exits_0(served: ServedRegistry) -> None:
-    after = event_end(served)
+    after, polls = event_end(served), event_polls(served)
     follower = subprocess.Popen([*CLI, "--json", "events", "--follow", "--after", str(after),
                                  "--interval", "0.2"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=served.env())
@@ -124,7 +142,10 @@ def test_events_follow_prints_new_events_and_ctrl_c_exits_0(served: ServedRegist
         lines: queue.Queue[str] = queue.Queue()
         assert follower.stdout is not None
         threading.Thread(target=_reader, args=(follower.stdout, lines), daemon=True).start()
-        time.sleep(1.0)  # let it poll an empty log first
+        # Let it poll the (empty) end of the log first: the event must come by following.
+        asyncio.run(eventually(lambda: _polled_since(served, polls), timeout_s=60,
+                               interval_s=0.1, retrying=RETRY_OVER_HTTP,
+                               what="the follower's first poll"))
         served.run("promote", "support-bot", "1")
         event = json.loads(lines.get(timeout=30))
         assert (event["type"], event["action"], event["version"]) == (

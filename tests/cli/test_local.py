@@ -9,12 +9,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from loraplane.cli.client import CliError
-from loraplane.cli.context import CliState, is_loopback_url
-from loraplane.cli.events import event_line
-from loraplane.cli.main import cli
-from loraplane.cli.output import Output, human_size, short_digest
-from loraplane.cli.push import collect_files, parse_alias_options
+from loraplane_cli.client import CliError
+from loraplane_cli.context import CliState, is_loopback_url
+from loraplane_cli.events import event_line
+from loraplane_cli.main import cli
+from loraplane_cli.output import Output, human_size, short_digest
+from loraplane_cli.push import collect_files, parse_alias_options
 from registry_service.settings import DEFAULT_DATA_DIR
 
 

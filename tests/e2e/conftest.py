@@ -1,10 +1,10 @@
-"""One fleet for the whole end-to-end run, every part a separate real process.
+"""One testbed for the whole end-to-end run, every part a separate real process.
 
 Postgres, SeaweedFS (S3) and one NATS; ``loraplane registry serve`` on them; two vLLM
 servers (CPU build, the tiny model) and beside each a ``loraplane agent``. Started once
-per run of this package and stopped at its end, even when a test fails. The fleet has
+per run of this package and stopped at its end, even when a test fails. The testbed has
 a database of its own: the registry tests empty the shared one between tests, and the
-fleet's relay would publish their outbox rows.
+testbed's registry would publish their outbox rows.
 
 ``agent-a`` resyncs every few seconds (it shows drift being repaired); ``agent-b``
 practically never does, so what it learns it learns from the event stream.
@@ -18,20 +18,19 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.conftest import fresh_postgres
-from tests.e2e.steps import FLEET_CONTEXT
-from tests.support.fleet import AgentProcess, AgentSpec, Fleet, running_fleet
-from tests.support.openai_client import OpenAIClient
-from tests.support.processes import FleetError
-from tests.support.registry_api import RegistryApi
-from tests.support.relay import PausableRelay
-from tests.support.services import NatsService, PostgresDatabase, SeaweedS3, ServiceStartError
-from tests.support.vllm import (
+from devharness.openai_client import OpenAIClient
+from devharness.services import NatsService, PostgresDatabase, SeaweedS3, ServiceStartError
+from devharness.tcp_pause import PausableTcpProxy
+from devharness.testbed import AgentProcess, AgentSpec, Testbed, running_testbed
+from devharness.vllm import (
     VllmEnvError,
-    VllmServerError,
     ensure_tiny_model,
     ensure_vllm_env,
 )
+from loraplane.client import AsyncRegistryClient
+from loraplane.process import ProcessError
+from tests.conftest import fresh_postgres
+from tests.e2e.steps import TESTBED_CONTEXT
 
 # Quick retries, so a version that keeps failing is marked bad within seconds.
 COMMON_SETTINGS = {"retry_base_s": "0.2", "retry_max_s": "1", "max_attempts": "3",
@@ -62,44 +61,45 @@ def e2e_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsService]:
 
 
 @pytest.fixture(scope="package")
-def fleet(e2e_postgres: PostgresDatabase, seaweed: SeaweedS3, e2e_nats: NatsService,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    work = tmp_path_factory.mktemp("fleet")
+def testbed(e2e_postgres: PostgresDatabase, seaweed: SeaweedS3, e2e_nats: NatsService,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    work = tmp_path_factory.mktemp("testbed")
     with contextlib.ExitStack() as stack:
         try:
             python = ensure_vllm_env(install=True)
             model = ensure_tiny_model(work / "tiny", python)
-            running = stack.enter_context(running_fleet(
+            running = stack.enter_context(running_testbed(
                 work, model_dir=model, vllm_python=python, database_url=e2e_postgres.url,
                 nats=e2e_nats, s3=seaweed, max_loras=3, max_loaded=3,
-                max_model_len=FLEET_CONTEXT,
+                max_model_len=TESTBED_CONTEXT,
                 agent_settings=AGENT_SETTINGS))
-        except (FleetError, VllmEnvError, VllmServerError) as exc:
-            pytest.fail(f"the fleet could not be started:\n{exc}", pytrace=False)
+        except (ProcessError, VllmEnvError) as exc:
+            pytest.fail(f"the testbed could not be started:\n{exc}", pytrace=False)
         yield running
 
 
 @pytest.fixture
-async def api(fleet: Fleet) -> AsyncIterator[RegistryApi]:
-    async with RegistryApi(fleet.registry.url, fleet.registry.admin_token) as client:
+async def api(testbed: Testbed) -> AsyncIterator[AsyncRegistryClient]:
+    async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
+                                   timeout_s=120) as client:
         yield client
 
 
 @pytest.fixture
-async def agent_a(fleet: Fleet) -> AsyncIterator[OpenAIClient]:
-    async with OpenAIClient(fleet.agents["a"].url) as client:
+async def agent_a(testbed: Testbed) -> AsyncIterator[OpenAIClient]:
+    async with OpenAIClient(testbed.agents["a"].url) as client:
         yield client
 
 
 @pytest.fixture
-async def agent_b(fleet: Fleet) -> AsyncIterator[OpenAIClient]:
-    async with OpenAIClient(fleet.agents["b"].url) as client:
+async def agent_b(testbed: Testbed) -> AsyncIterator[OpenAIClient]:
+    async with OpenAIClient(testbed.agents["b"].url) as client:
         yield client
 
 
 @pytest.fixture
-async def vllm_a(fleet: Fleet) -> AsyncIterator[OpenAIClient]:
-    async with OpenAIClient(fleet.vllms["a"].url) as client:
+async def vllm_a(testbed: Testbed) -> AsyncIterator[OpenAIClient]:
+    async with OpenAIClient(testbed.vllms["a"].url) as client:
         yield client
 
 
@@ -125,8 +125,8 @@ class AgentVariant:
 
 
 @pytest.fixture
-def agent_b_variant(fleet: Fleet) -> Iterator[AgentVariant]:
-    variant = AgentVariant(fleet.agents["b"])
+def agent_b_variant(testbed: Testbed) -> Iterator[AgentVariant]:
+    variant = AgentVariant(testbed.agents["b"])
     try:
         yield variant
     finally:
@@ -134,23 +134,23 @@ def agent_b_variant(fleet: Fleet) -> Iterator[AgentVariant]:
 
 
 @pytest.fixture
-def agent_a_variant(fleet: Fleet) -> Iterator[AgentVariant]:
-    variant = AgentVariant(fleet.agents["a"])
+def agent_a_variant(testbed: Testbed) -> Iterator[AgentVariant]:
+    variant = AgentVariant(testbed.agents["a"])
     try:
         yield variant
     finally:
         variant.restore()
 
 
-# Request these before the agent's variant fixture: the relay must outlive the agent
+# Request these before the agent's variant fixture: the TCP proxy must outlive the agent
 # that was pointed at it, and fixtures are torn down in reverse order.
 @pytest.fixture
-def relay_a(fleet: Fleet) -> Iterator[PausableRelay]:
-    with PausableRelay(fleet.vllms["a"].url) as relay:
-        yield relay
+def tcp_proxy_a(testbed: Testbed) -> Iterator[PausableTcpProxy]:
+    with PausableTcpProxy(testbed.vllms["a"].url) as tcp_proxy:
+        yield tcp_proxy
 
 
 @pytest.fixture
-def relay_b(fleet: Fleet) -> Iterator[PausableRelay]:
-    with PausableRelay(fleet.vllms["b"].url) as relay:
-        yield relay
+def tcp_proxy_b(testbed: Testbed) -> Iterator[PausableTcpProxy]:
+    with PausableTcpProxy(testbed.vllms["b"].url) as tcp_proxy:
+        yield tcp_proxy

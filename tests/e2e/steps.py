@@ -15,17 +15,19 @@ from typing import Any
 
 import httpx
 
-from tests.support.openai_client import Completion, OpenAIClient, Unexpected, eventually
-from tests.support.registry_api import RegistryApi
-from tests.support.relay import HELD_PROMPT, PausableRelay
+from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
+from devharness.tcp_pause import HELD_PROMPT, PausableTcpProxy
+from devharness.waiting import Unexpected, eventually
+from loraplane.api import AgentOut
+from loraplane.client import AsyncRegistryClient
 
-# Streams that must stay in flight go through a PausableRelay (tests/support/relay.py)
+# Streams that must stay in flight go through a PausableTcpProxy (devharness/tcp_pause.py)
 # between the agent and vLLM, which holds back the rest of any answer to a prompt with
 # HOLD_MARKER (HELD_PROMPT) after its first event, until the test releases it. Their length is then
 # no bet on the machine's speed; modest lengths also keep vLLM's API server responsive
 # (tens of thousands of tokens made it answer other requests in seconds).
 LONG_TOKENS = 1500
-FLEET_CONTEXT = 2048  # the prompt and LONG_TOKENS
+TESTBED_CONTEXT = 2048  # the prompt and LONG_TOKENS
 
 
 async def vllm_models(vllm_url: str, http: httpx.AsyncClient | None = None) -> set[str]:
@@ -76,31 +78,36 @@ async def served_by(client: OpenAIClient, model: str, version_name: str, *,
             raise Unexpected(f"{model} answered {result} on the way to {version_name}")
         return result if result.ok and result.adapter == version_name else None
 
-    return await eventually(check, timeout_s=timeout_s,
+    return await eventually(check, timeout_s=timeout_s, retrying=RETRY_OVER_HTTP,
                             what=f"{model} served by {version_name} at {client.base_url}")
 
 
-async def publish(api: RegistryApi, name: str, folder: Path, **kwargs: Any) -> int:
+async def publish(api: AsyncRegistryClient, name: str, folder: Path, **kwargs: Any) -> int:
     """Push ``folder`` as a new version of ``name`` (made if needed); its number."""
     pushed = await api.push(name, folder, **kwargs)
-    assert pushed["created"], pushed
-    version: int = pushed["version"]
-    return version
+    assert pushed.created, pushed
+    return pushed.version
 
 
-async def new_adapter(api: RegistryApi, name: str, folder: Path) -> int:
-    await api.create_adapter(name)
+async def new_adapter(api: AsyncRegistryClient, name: str, folder: Path) -> int:
+    await api.create_adapter(name, "tiny-llama", tenant="e2e")
     return await publish(api, name, folder)
 
 
+async def agent_report(api: AsyncRegistryClient, agent_id: str) -> AgentOut | None:
+    """The registry's latest report of one agent, or None if it never reported."""
+    listing = await api.list_agents()
+    return next((a for a in listing.agents if a.agent_id == agent_id), None)
+
+
 class HeldStream:
-    """A stream through the agent whose answer the relay holds after its first text,
+    """A stream through the agent whose answer the TCP proxy holds after its first text,
     until ``release``; then it runs to its natural end."""
 
-    def __init__(self, client: OpenAIClient, model: str, relay: PausableRelay) -> None:
+    def __init__(self, client: OpenAIClient, model: str, tcp_proxy: PausableTcpProxy) -> None:
         self.first_chunk = asyncio.Event()
-        self.relay = relay
-        relay.hold()
+        self.tcp_proxy = tcp_proxy
+        tcp_proxy.hold()
         self.task = asyncio.create_task(client.stream(
             model, prompt=HELD_PROMPT, max_tokens=LONG_TOKENS,
             first_chunk=self.first_chunk))
@@ -113,26 +120,26 @@ class HeldStream:
         first.cancel()
         assert self.first_chunk.is_set(), (
             self.task.result() if self.task.done() else "no text within the time")
-        assert self.relay.held_connections >= 1, "the relay saw no marked request"
+        assert self.tcp_proxy.held_connections >= 1, "the TCP proxy saw no marked request"
 
     def running(self) -> bool:
         return not self.task.done()
 
     async def release(self, timeout_s: float = 120.0) -> Completion:
         """Let the answer flow on; the whole stream, once it has ended."""
-        self.relay.release()
+        self.tcp_proxy.release()
         return await asyncio.wait_for(self.task, timeout_s)
 
 
 @contextlib.asynccontextmanager
 async def held_stream(client: OpenAIClient, model: str,
-                      relay: PausableRelay) -> AsyncIterator[HeldStream]:
+                      tcp_proxy: PausableTcpProxy) -> AsyncIterator[HeldStream]:
     """A held stream that never outlives the block, however the test ends."""
-    held = HeldStream(client, model, relay)
+    held = HeldStream(client, model, tcp_proxy)
     try:
         yield held
     finally:
-        relay.release()
+        tcp_proxy.release()
         held.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await held.task

@@ -6,15 +6,24 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from devharness.openai_client import RETRY_OVER_HTTP, OpenAIClient
+from devharness.testbed import Testbed, metric
+from devharness.waiting import eventually
+from loraplane.api import AgentOut
+from loraplane.client import AsyncRegistryClient
+from loraplane.events import ServedVersion
 from tests.e2e.conftest import COMMON_SETTINGS
-from tests.e2e.steps import direct, new_adapter, publish, served_by, vllm_models
-from tests.support.fleet import Fleet, metric
-from tests.support.openai_client import OpenAIClient, eventually
-from tests.support.registry_api import RegistryApi
+from tests.e2e.steps import (
+    agent_report,
+    direct,
+    new_adapter,
+    publish,
+    served_by,
+    vllm_models,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -33,12 +42,12 @@ def private_copy(source: Path, dest: Path, marker: str) -> Path:
     return dest
 
 
-async def push_bad(fleet: Fleet, api: RegistryApi, name: str, case: str,
+async def push_bad(testbed: Testbed, api: AsyncRegistryClient, name: str, case: str,
                    tmp_path: Path) -> int:
     """Push the bad version of ``case`` and point ``live`` at it; its number."""
     if case != "corrupt-blob":
-        return await publish(api, name, fleet.adapter_dir(case))
-    folder = private_copy(fleet.adapter_dir("a3"), tmp_path / "corrupt", name)
+        return await publish(api, name, testbed.adapter_dir(case))
+    folder = private_copy(testbed.adapter_dir("a3"), tmp_path / "corrupt", name)
     # Pushed without moving an alias, altered in S3, and only then made live: no agent
     # can have fetched the good bytes first.
     version = await publish(api, name, folder, aliases=())
@@ -46,17 +55,16 @@ async def push_bad(fleet: Fleet, api: RegistryApi, name: str, case: str,
     original = (folder / "adapter_config.json").read_bytes()
     altered = original.replace(b'"r": 8', b'"r": 4')
     assert altered != original and len(altered) == len(original)
-    fleet.blobs.overwrite(blob, altered)
+    testbed.blobs.overwrite(blob, altered)
     await api.move_alias(name, "live", version)
     return version
 
 
-def failure_of(report: dict[str, Any] | None, name: str, version: int
-               ) -> dict[str, Any] | None:
+def failure_of(report: AgentOut | None, name: str, version: int) -> ServedVersion | None:
     if report is None:
         return None
-    return next((f for f in report["status"]["failures"]
-                 if f["adapter"] == name and f["version"] == version), None)
+    return next((f for f in report.status.failures
+                 if f.adapter == name and f.version == version), None)
 
 
 # A refusal is final at once; a download that does not match is tried max_attempts times
@@ -70,24 +78,25 @@ ATTEMPTS = int(COMMON_SETTINGS["max_attempts"])
     ("corrupt-blob", "fetch_failed", "sha256", ATTEMPTS),
 ])
 async def test_bad_version_is_refused_and_the_good_one_keeps_serving(
-        fleet: Fleet, api: RegistryApi, agent_a: OpenAIClient, vllm_a: OpenAIClient,
+        testbed: Testbed, api: AsyncRegistryClient, agent_a: OpenAIClient, vllm_a: OpenAIClient,
         unique: str, tmp_path: Path, case: str, code: str, says: str, attempts: int) -> None:
-    name, vllm_url = f"bad-{case}-{unique}", fleet.vllms["a"].url
+    name, vllm_url = f"bad-{case}-{unique}", testbed.vllms["a"].url
     good = f"{name}@1"
-    await new_adapter(api, name, fleet.adapter_dir("a1"))
-    reference = await direct(vllm_a, fleet.adapter_dir("a1"))
+    await new_adapter(api, name, testbed.adapter_dir("a1"))
+    reference = await direct(vllm_a, testbed.adapter_dir("a1"))
     await served_by(agent_a, name, good)
 
-    loads_before = fleet.vllms["a"].load_requests()
-    bad = await push_bad(fleet, api, name, case, tmp_path)
+    loads_before = testbed.vllms["a"].load_requests()
+    bad = await push_bad(testbed, api, name, case, tmp_path)
     bad_name = f"{name}@{bad}"
 
-    async def reported() -> dict[str, Any] | None:
-        return failure_of(await api.agent("agent-a"), name, bad)
+    async def reported() -> ServedVersion | None:
+        return failure_of(await agent_report(api, "agent-a"), name, bad)
 
-    failure = await eventually(reported, timeout_s=30, what=f"agent-a reporting {bad_name}")
-    assert failure["code"] == code and failure["state"] == "failed", failure
-    assert says in failure["reason"], failure
+    failure = await eventually(reported, timeout_s=30, retrying=RETRY_OVER_HTTP,
+                               what=f"agent-a reporting {bad_name}")
+    assert failure.code == code and failure.state == "failed", failure
+    assert failure.reason is not None and says in failure.reason, failure
 
     # Still the good version, with the good weights; vLLM never saw the bad one.
     for model in (name, f"{name}@live"):
@@ -95,16 +104,16 @@ async def test_bad_version_is_refused_and_the_good_one_keeps_serving(
         assert (still.adapter, still.text) == (good, reference.text)
     models = await vllm_models(vllm_url)
     assert good in models and bad_name not in models
-    assert fleet.vllms["a"].load_requests() == loads_before
+    assert testbed.vllms["a"].load_requests() == loads_before
 
     rollout = await api.rollout(name)
-    live = next(a for a in rollout["aliases"] if a["alias"] == "live")
-    assert live["version"] == bad and not live["converged"], live
-    assert any(e["agent_id"] == "agent-a" and e["version"] == bad and e["code"] == code
-               for e in live["failed"]), live
-    assert any(e["agent_id"] == "agent-a" and e["version"] == 1 and e["state"] == "serving"
-               for e in live["serving"]), live
+    live = next(a for a in rollout.aliases if a.alias == "live")
+    assert live.version == bad and not live.converged, live
+    assert any(e.agent_id == "agent-a" and e.version == bad and e.code == code
+               for e in live.failed), live
+    assert any(e.agent_id == "agent-a" and e.version == 1 and e.state == "serving"
+               for e in live.serving), live
 
-    metrics = fleet.agents["a"].metrics()
+    metrics = testbed.agents["a"].metrics()
     # Each failed attempt counted once, not once per layer it went through.
     assert metric(metrics, "loraplane_agent_failures_total", adapter=name) == attempts

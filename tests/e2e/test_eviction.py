@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from devharness.openai_client import RETRY_OVER_HTTP, OpenAIClient
+from devharness.tcp_pause import PausableTcpProxy
+from devharness.testbed import Testbed, metric
+from devharness.waiting import eventually
+from loraplane.client import AsyncRegistryClient
 from tests.e2e.conftest import AgentVariant
 from tests.e2e.steps import direct, held_stream, new_adapter, vllm_models
-from tests.support.fleet import Fleet, metric
-from tests.support.openai_client import OpenAIClient, eventually
-from tests.support.registry_api import RegistryApi
-from tests.support.relay import PausableRelay
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 EVICTIONS = "loraplane_agent_cache_evictions_total"
@@ -18,27 +19,28 @@ REQUESTS = "loraplane_agent_requests_total"
 
 
 async def test_lru_idle_version_is_evicted_never_one_in_flight(
-        fleet: Fleet, api: RegistryApi, agent_b: OpenAIClient, unique: str,
-        relay_b: PausableRelay, agent_b_variant: AgentVariant) -> None:
-    agent, vllm_url = fleet.agents["b"], fleet.vllms["b"].url
+        testbed: Testbed, api: AsyncRegistryClient, agent_b: OpenAIClient, unique: str,
+        tcp_proxy_b: PausableTcpProxy, agent_b_variant: AgentVariant) -> None:
+    agent, vllm_url = testbed.agents["b"], testbed.vllms["b"].url
     names = {folder: f"evict-{folder}-{unique}" for folder in ("a1", "a2", "a3")}
     served = {folder: f"{name}@1" for folder, name in names.items()}
     texts: dict[str, str] = {}
     async with OpenAIClient(vllm_url) as vllm_b:
         for folder, name in names.items():
-            await new_adapter(api, name, fleet.adapter_dir(folder))
-            texts[folder] = (await direct(vllm_b, fleet.adapter_dir(folder))).text
-    agent_b_variant.restart(agent.variant(max_loaded=2, vllm_url=relay_b.url))
+            await new_adapter(api, name, testbed.adapter_dir(folder))
+            texts[folder] = (await direct(vllm_b, testbed.adapter_dir(folder))).text
+    agent_b_variant.restart(agent.variant(max_loaded=2, vllm_url=tcp_proxy_b.url))
 
     async def known() -> bool:
         return set(names.values()) <= set(await agent_b.models())
 
     # Known everywhere, but nothing loaded yet: each loads at its first request.
-    await eventually(known, timeout_s=20, what="agent-b knowing the three adapters")
+    await eventually(known, timeout_s=20, retrying=RETRY_OVER_HTTP,
+                     what="agent-b knowing the three adapters")
     assert not set(served.values()) & await vllm_models(vllm_url)
     evictions = metric(agent.metrics(), EVICTIONS)
 
-    async with held_stream(agent_b, names["a1"], relay_b) as held:
+    async with held_stream(agent_b, names["a1"], tcp_proxy_b) as held:
         await held.started()
         for folder in ("a2", "a3"):
             result = await agent_b.complete(names[folder])
@@ -47,7 +49,7 @@ async def test_lru_idle_version_is_evicted_never_one_in_flight(
         during = await vllm_models(vllm_url)
         # Still in flight: a request is counted once its lease is released.
         assert metric(agent.metrics(), REQUESTS, adapter=names["a1"]) == 0, \
-            "the agent finished the stream although the relay held it"
+            "the agent finished the stream although the TCP proxy held it"
         assert served["a1"] in during and served["a3"] in during, during
         assert served["a2"] not in during, during
         assert metric(agent.metrics(), EVICTIONS) == evictions + 1
@@ -59,7 +61,8 @@ async def test_lru_idle_version_is_evicted_never_one_in_flight(
         # Counted as the lease is released, a moment after the client has read the end.
         return metric(agent.metrics(), REQUESTS, adapter=names["a1"], status="200") == 1
 
-    await eventually(recorded, timeout_s=15, what="agent-b finishing the stream")
+    await eventually(recorded, timeout_s=15, retrying=RETRY_OVER_HTTP,
+                     what="agent-b finishing the stream")
     # Now a1 is idle and the least recently used: a2 coming back evicts it.
     again = await agent_b.complete(names["a2"])
     assert (again.adapter, again.text) == (served["a2"], texts["a2"])

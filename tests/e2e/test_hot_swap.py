@@ -1,7 +1,7 @@
 """A new version is swapped in under a running stream without disturbing it.
 
-agent-a talks to vLLM through a relay that holds the stream's answer after its first
-text until the swap is done (tests/support/relay.py): the stream is surely in flight
+agent-a talks to vLLM through a TCP proxy that holds the stream's answer after its first
+text until the swap is done (devharness/tcp_pause.py): the stream is surely in flight
 across the swap, on a machine of any speed. Then it runs to its natural end and is
 compared whole with an undisturbed run.
 """
@@ -14,9 +14,15 @@ import time
 import httpx
 import pytest
 
+from devharness.openai_client import RETRY_OVER_HTTP, OpenAIClient
+from devharness.tcp_pause import HELD_PROMPT, PausableTcpProxy
+from devharness.testbed import Testbed
+from devharness.waiting import eventually
+from loraplane.client import AsyncRegistryClient
 from tests.e2e.conftest import AgentVariant
 from tests.e2e.steps import (
     LONG_TOKENS,
+    agent_report,
     direct,
     held_stream,
     new_adapter,
@@ -24,10 +30,6 @@ from tests.e2e.steps import (
     served_by,
     vllm_models,
 )
-from tests.support.fleet import Fleet
-from tests.support.openai_client import OpenAIClient, eventually
-from tests.support.registry_api import RegistryApi
-from tests.support.relay import HELD_PROMPT, PausableRelay
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -47,34 +49,46 @@ async def watch_models(vllm_url: str, stop: asyncio.Event) -> list[tuple[float, 
     return samples
 
 
+async def reports_draining(api: AsyncRegistryClient, agent_id: str, name: str) -> bool:
+    """The agent's last status report, in the registry's fleet view, shows ``name``
+    draining: an old version whose drain has begun and waits for its requests."""
+    agent = await agent_report(api, agent_id)
+    served = agent.status.served if agent is not None else []
+    adapter, _, version = name.rpartition("@")
+    return any((e.adapter, e.version, e.state) == (adapter, int(version), "draining")
+               for e in served)
+
+
 async def test_push_during_a_stream_flips_new_requests_and_drains_the_stream(
-        fleet: Fleet, api: RegistryApi, agent_a: OpenAIClient, vllm_a: OpenAIClient,
-        unique: str, relay_a: PausableRelay, agent_a_variant: AgentVariant) -> None:
-    name, vllm_url = f"swap-{unique}", fleet.vllms["a"].url
+        testbed: Testbed, api: AsyncRegistryClient, agent_a: OpenAIClient, vllm_a: OpenAIClient,
+        unique: str, tcp_proxy_a: PausableTcpProxy, agent_a_variant: AgentVariant) -> None:
+    name, vllm_url = f"swap-{unique}", testbed.vllms["a"].url
     v1, v2 = f"{name}@1", f"{name}@2"
-    agent_a_variant.restart(fleet.agents["a"].variant(vllm_url=relay_a.url))
-    await new_adapter(api, name, fleet.adapter_dir("a1"))
+    agent_a_variant.restart(testbed.agents["a"].variant(vllm_url=tcp_proxy_a.url))
+    await new_adapter(api, name, testbed.adapter_dir("a1"))
     await served_by(agent_a, name, v1)
-    v1_reference = await direct(vllm_a, fleet.adapter_dir("a1"))
-    v2_reference = await direct(vllm_a, fleet.adapter_dir("a2"))
+    v1_reference = await direct(vllm_a, testbed.adapter_dir("a1"))
+    v2_reference = await direct(vllm_a, testbed.adapter_dir("a2"))
     texts = {v1: v1_reference.text, v2: v2_reference.text}
-    undisturbed = await direct(vllm_a, fleet.adapter_dir("a1"), stream=True,
+    undisturbed = await direct(vllm_a, testbed.adapter_dir("a1"), stream=True,
                                prompt=HELD_PROMPT, max_tokens=LONG_TOKENS)
 
     stop_watching = asyncio.Event()
     watcher = asyncio.create_task(watch_models(vllm_url, stop_watching))
     try:
-        async with held_stream(agent_a, name, relay_a) as held:
+        async with held_stream(agent_a, name, tcp_proxy_a) as held:
             await held.started()
             pushing_at = time.monotonic()
-            assert await publish(api, name, fleet.adapter_dir("a2")) == 2
+            assert await publish(api, name, testbed.adapter_dir("a2")) == 2
             pushed_at = time.monotonic()
             # Every answer on the way is v1's or v2's exact output, none fails.
             flipped = await served_by(agent_a, name, v2, timeout_s=60, texts=texts)
             flip_s = time.monotonic() - pushed_at
             assert flipped.model == v2
-            # Flipped, but v1 stays loaded while the stream on it is in flight.
-            await asyncio.sleep(1.0)  # time for a wrong drain to act
+            # Flipped, but v1 stays loaded while the stream on it is in flight: the agent
+            # itself reports v1's drain as started and not over.
+            await eventually(lambda: reports_draining(api, testbed.agents["a"].agent_id, v1),
+                             timeout_s=30, retrying=RETRY_OVER_HTTP, what=f"{v1} reported draining")
             assert held.running() and {v1, v2} <= await vllm_models(vllm_url)
             result = await held.release()
     finally:
@@ -94,7 +108,8 @@ async def test_push_during_a_stream_flips_new_requests_and_drains_the_stream(
     async def v1_gone() -> bool:
         return v1 not in await vllm_models(vllm_url)
 
-    await eventually(v1_gone, timeout_s=30, what=f"{v1} unloaded after its stream")
+    await eventually(v1_gone, timeout_s=30, retrying=RETRY_OVER_HTTP,
+                     what=f"{v1} unloaded after its stream")
     assert v2 in await vllm_models(vllm_url)
     after = await agent_a.complete(name)
     assert (after.adapter, after.text) == (v2, v2_reference.text)

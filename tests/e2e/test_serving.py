@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import pytest
 
+from devharness.openai_client import OpenAIClient
+from devharness.testbed import Testbed
+from loraplane.client import AsyncRegistryClient
 from tests.e2e.steps import direct, new_adapter, served_by, vllm_models
-from tests.support.fleet import Fleet
-from tests.support.openai_client import OpenAIClient
-from tests.support.registry_api import RegistryApi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
 
 async def test_pushed_version_is_served_with_vllms_own_output(
-        fleet: Fleet, api: RegistryApi, agent_a: OpenAIClient, vllm_a: OpenAIClient,
+        testbed: Testbed, api: AsyncRegistryClient, agent_a: OpenAIClient, vllm_a: OpenAIClient,
         unique: str) -> None:
     name = f"serve-{unique}"
-    assert await new_adapter(api, name, fleet.adapter_dir("a1")) == 1
+    assert await new_adapter(api, name, testbed.adapter_dir("a1")) == 1
 
     served = await served_by(agent_a, name, f"{name}@1")
     assert served.model == f"{name}@1"
-    assert f"{name}@1" in await vllm_models(fleet.vllms["a"].url)
+    assert f"{name}@1" in await vllm_models(testbed.vllms["a"].url)
     # The same files loaded into the same vLLM by hand, and the base model: one at a time.
-    reference = await direct(vllm_a, fleet.adapter_dir("a1"))
-    base = await vllm_a.complete(fleet.base_model)
+    reference = await direct(vllm_a, testbed.adapter_dir("a1"))
+    base = await vllm_a.complete(testbed.base_model)
     assert base.ok, base
     assert served.text == reference.text
     assert served.text != base.text
@@ -40,7 +40,7 @@ async def test_pushed_version_is_served_with_vllms_own_output(
 
     # No adapter named: the base model, through the agent too.
     via_agent = await agent_a.complete(None)
-    assert (via_agent.adapter, via_agent.text) == (fleet.base_model, base.text)
+    assert (via_agent.adapter, via_agent.text) == (testbed.base_model, base.text)
 
 
 async def test_unknown_adapter_is_an_openai_style_404(agent_a: OpenAIClient,

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from devharness.adapters import make_adapter, pack_adapter
 from loraplane.lora import extract_archive, validate_adapter_dir
 from loraplane.lora.archive import _Limits, _Writer
 from tests.lora.util import expect_refusal, leftovers
-from tests.support.adapters import make_adapter, pack_adapter
 
 LIMITS: dict[str, int] = {"max_total_bytes": 4 << 20, "max_members": 16, "max_file_bytes": 2 << 20}
 

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from devharness.adapters import ALL_MODULES, make_adapter, make_base_config, write_safetensors
 from loraplane.lora import (
     BaseModelShapes,
     UnsupportedBaseModel,
@@ -16,7 +17,6 @@ from loraplane.lora import (
 )
 from loraplane.lora.tensors import TensorSummary
 from tests.lora.util import expect_refusal
-from tests.support.adapters import ALL_MODULES, make_adapter, make_base_config, write_safetensors
 
 
 def _summary(directory: Path) -> TensorSummary:

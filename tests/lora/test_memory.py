@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support.adapters import ALL_MODULES, make_adapter, make_base_config
+from devharness.adapters import ALL_MODULES, make_adapter, make_base_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from devharness.adapters import peft_config, write_config
 from loraplane.lora import parse_lora_config
 from tests.lora.util import expect_refusal
-from tests.support.adapters import peft_config, write_config
 
 
 def _bytes(**extra: Any) -> bytes:

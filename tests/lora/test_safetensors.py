@@ -9,9 +9,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from devharness.adapters import safetensors_bytes, to_bf16_bits, write_safetensors
 from loraplane.lora import read_header, scan_finite
 from tests.lora.util import expect_refusal
-from tests.support.adapters import safetensors_bytes, to_bf16_bits, write_safetensors
 
 
 def _raw(tmp_path: Path, content: bytes) -> Path:
@@ -257,3 +257,11 @@ def test_file_shrinking_after_the_header_check(tmp_path: Path) -> None:
     header = read_header(path)
     os.truncate(path, path.stat().st_size - 10)
     expect_refusal("safetensors_size_mismatch", scan_finite, path, header, chunk_bytes=256)
+
+
+@pytest.mark.parametrize("shape", [[10**200], [10**200, 10**200], [2, 10**4000], [3, 0, 10**200]])
+def test_astronomical_shapes_are_refused_not_crashed_on(tmp_path: Path, shape: list[int]) -> None:
+    data = b"\0" * 4
+    content = safetensors_bytes({"a": _entry("F32", shape, 0, 4)}, data=data)
+    error = expect_refusal("invalid_safetensors", read_header, _raw(tmp_path, content))
+    assert "a" in error.message

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from devharness.adapters import make_adapter, peft_config, tensor_name, write_safetensors
 from loraplane.lora import check_tensors, parse_lora_config, read_header
 from loraplane.lora.safetensors import SafetensorsHeader
 from loraplane.lora.tensors import layer_index
 from tests.lora.util import expect_refusal
-from tests.support.adapters import make_adapter, peft_config, tensor_name, write_safetensors
 
 PREFIX = "base_model.model."
 

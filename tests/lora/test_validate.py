@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loraplane.lora import ALLOWED_FILES, BaseModelShapes, validate_adapter_dir
-from tests.lora.util import expect_refusal
-from tests.support.adapters import (
+from devharness.adapters import (
     ALL_MODULES,
     make_adapter,
     make_base_config,
     tensor_name,
     write_safetensors,
 )
+from loraplane.lora import ALLOWED_FILES, BaseModelShapes, validate_adapter_dir
+from tests.lora.util import expect_refusal
 
 
 @pytest.fixture

@@ -20,15 +20,15 @@ from click.testing import CliRunner
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
-from loraplane.cli.main import cli
+from devharness.registry import RegistryHarness
+from devharness.services import NatsService, PostgresDatabase, ServiceStartError
+from loraplane_cli.main import cli
 from registry_service.app import create_app
 from registry_service.db import migrate
 from registry_service.db.engine import Database
 from registry_service.db.migrate import DatabaseNotMigrated
 from registry_service.db.models import Base
 from registry_service.settings import RegistrySettings
-from tests.support.registry import RegistryHarness
-from tests.support.services import NatsService, PostgresDatabase, ServiceStartError
 
 APP_TABLES = set(Base.metadata.tables)
 VERSION_TABLE = "alembic_version"

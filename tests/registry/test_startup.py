@@ -19,19 +19,19 @@ from nats.aio.client import Client as NatsClient
 from nats.js.client import JetStreamContext
 from pydantic import ValidationError
 
-from loraplane.events import STREAM_NAME, parse_event
-from loraplane.netutil import free_port
-from registry_service.app import create_app
-from registry_service.context import RegistryContext
-from registry_service.settings import RegistrySettings
-from tests.registry.events.support import eventually
-from tests.support.registry import RegistryHarness
-from tests.support.services import (
+from devharness.registry import RegistryHarness
+from devharness.services import (
     NatsService,
     PostgresDatabase,
     SeaweedS3,
     ServiceStartError,
 )
+from devharness.waiting import eventually
+from loraplane.events import STREAM_NAME, parse_event
+from loraplane.netutil import free_port
+from registry_service.app import create_app
+from registry_service.context import RegistryContext
+from registry_service.settings import RegistrySettings
 
 
 @pytest.fixture(autouse=True)

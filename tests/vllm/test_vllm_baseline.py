@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.vllm import (
+from devharness.vllm import (
     DEFAULT_BASE_MODEL_NAME,
     VllmServer,
     ensure_tiny_model,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.adapters import make_adapter
-from tests.support.registry import RegistryHarness
-from tests.support.uploads import upload_dir
+from devharness.adapters import make_adapter
+from devharness.registry import RegistryHarness
+from devharness.uploads import upload_dir
 
 
 async def test_create_validates_and_refuses_duplicates(registry: RegistryHarness) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import update
 
+from devharness.registry import RegistryHarness
 from loraplane.events import AgentStatus, ServedVersion, ServeState
 from registry_service.agents.models import AgentRow
 from tests.registry.auth.principals import or_admin
-from tests.support.registry import RegistryHarness
 
 BASE_MODEL = "tiny-llama"
 

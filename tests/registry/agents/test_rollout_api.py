@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from devharness.adapters import make_adapter
+from devharness.registry import RegistryHarness
+from devharness.uploads import upload_dir
 from tests.registry.agents.support import age_agent, post_status, report, served
 from tests.registry.auth.principals import OTHER, OWN, assert_error, principals
-from tests.support.adapters import make_adapter
-from tests.support.registry import RegistryHarness
-from tests.support.uploads import upload_dir
 
 
 async def rollout(registry: RegistryHarness, name: str = "bot",
@@ -32,7 +32,8 @@ async def _publish_two_versions(registry: RegistryHarness, tmp_path: Path) -> No
     assert second.status_code == 201, second.text
 
 
-async def _report_fleet(registry: RegistryHarness, agent: dict[str, str]) -> None:
+async def _report_fleet(registry: RegistryHarness) -> None:
+    """Five agents' reports, sent by the global admin (an agent token speaks for one)."""
     reports = [
         report("gpu-a", entries=[served("bot", 1), served("bot", 2, "canary")]),
         report("gpu-b", entries=[served("bot", 1)],
@@ -45,15 +46,14 @@ async def _report_fleet(registry: RegistryHarness, agent: dict[str, str]) -> Non
         report("gpu-e", entries=[served("bot", 1, "live", "draining")]),
     ]
     for body in reports:
-        response = await post_status(registry, body, agent)
+        response = await post_status(registry, body)
         assert response.status_code == 200, response.text
     await age_agent(registry, "gpu-e", 3600)
 
 
 async def test_rollout_per_alias(registry: RegistryHarness, tmp_path: Path) -> None:
     await _publish_two_versions(registry, tmp_path)
-    who = await principals(registry)
-    await _report_fleet(registry, who["agent"])
+    await _report_fleet(registry)
     response = await rollout(registry)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -82,8 +82,7 @@ async def test_a_removed_alias_shows_while_agents_still_report_it(
     registry: RegistryHarness, tmp_path: Path
 ) -> None:
     await _publish_two_versions(registry, tmp_path)
-    agent = await registry.token("agent")
-    await _report_fleet(registry, agent)
+    await _report_fleet(registry)
     response = await registry.client.delete("/v1/adapters/bot/aliases/canary",
                                             headers=registry.admin_headers)
     assert response.status_code == 200, response.text
@@ -91,8 +90,9 @@ async def test_a_removed_alias_shows_while_agents_still_report_it(
     assert (canary["alias"], canary["version"], canary["converged"]) == ("canary", None, False)
     assert agents_of(canary["serving"]) == [("gpu-a", 2, "serving")]
     # Once gpu-a reports it dropped canary, the alias is gone from the rollout.
-    await post_status(registry, report("gpu-a", entries=[served("bot", 1)]), agent)
-    await post_status(registry, report("gpu-b", entries=[served("bot", 1)]), agent)
+    for agent_id in ("gpu-a", "gpu-b"):
+        response = await post_status(registry, report(agent_id, entries=[served("bot", 1)]))
+        assert response.status_code == 200, response.text
     assert [a["alias"] for a in (await rollout(registry)).json()["aliases"]] == ["live"]
 
 
@@ -115,3 +115,13 @@ async def test_rollout_visibility(registry: RegistryHarness, tmp_path: Path) -> 
     response = await registry.client.delete("/v1/adapters/bot", headers=registry.admin_headers)
     assert response.status_code == 204, response.text
     assert (await rollout(registry)).json()["deleted"] is True
+
+
+async def test_with_no_agent_a_rollout_is_not_converged(
+    registry: RegistryHarness, tmp_path: Path
+) -> None:
+    await _publish_two_versions(registry, tmp_path)
+    body = (await rollout(registry)).json()
+    assert body["agents"] == 0
+    for alias in body["aliases"]:
+        assert (alias["converged"], alias["reason"]) == (False, "no agents"), alias

@@ -75,3 +75,23 @@ def test_a_removed_alias_converges_when_no_fresh_agent_reports_it() -> None:
     gone = [agent("a", served("bot", 2, "canary", "draining"), stale=True)]
     entries, _ = group_entries(adapter_entries(gone, "bot"), [target])
     assert alias_rollout(target, entries["canary"], gone).converged is True
+
+
+def test_no_agents_is_not_converged_and_says_why() -> None:
+    target = AliasTarget("live", 5, 2)
+    result = alias_rollout(target, [], [])
+    assert (result.converged, result.reason) == (False, "no agents")
+    only_stale = [agent("old", served("bot", 5), stale=True)]
+    entries, _ = group_entries(adapter_entries(only_stale, "bot"), [target])
+    result = alias_rollout(target, entries["live"], only_stale)
+    assert (result.converged, result.reason) == (False, "no agents")
+    # A removed alias that nobody reports has nothing left to do, agents or not.
+    assert alias_rollout(AliasTarget("old", None, 3), [], []).converged is True
+    waiting = [agent("behind", served("bot", 4))]
+    entries, _ = group_entries(adapter_entries(waiting, "bot"), [target])
+    result = alias_rollout(target, entries["live"], waiting)
+    assert (result.converged, result.reason) == (False, "1 agent(s) pending")
+    done = [agent("done", served("bot", 5))]
+    entries, _ = group_entries(adapter_entries(done, "bot"), [target])
+    result = alias_rollout(target, entries["live"], done)
+    assert (result.converged, result.reason) == (True, None)

@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tests.support.adapters import make_adapter
-from tests.support.registry import RegistryHarness
-from tests.support.uploads import upload_dir
+from devharness.adapters import make_adapter
+from devharness.registry import RegistryHarness
+from devharness.uploads import upload_dir
 
 
 async def _three_versions(registry: RegistryHarness, tmp_path: Path) -> None:
@@ -94,3 +94,37 @@ async def test_concurrent_conditional_moves_exactly_one_wins(
     shown = (await registry.client.get("/v1/adapters/bot", headers=registry.admin_headers)).json()
     assert shown["aliases"][0]["version"] == winner["version"]
     assert shown["aliases"][0]["revision"] == 2
+
+
+async def _rollback(registry: RegistryHarness) -> tuple[int, dict[str, Any]]:
+    response = await registry.client.post("/v1/adapters/bot/aliases/live/rollback",
+                                          headers=registry.admin_headers)
+    return response.status_code, response.json()
+
+
+async def test_repeated_rollbacks_walk_back_through_history(
+    registry: RegistryHarness, tmp_path: Path
+) -> None:
+    await registry.create_adapter("bot")
+    for seed in (1, 2, 3):  # each push moves live: v1, then v2, then v3
+        folder = make_adapter(tmp_path / str(seed), seed=seed)
+        assert (await upload_dir(registry, "bot", folder)).status_code == 201
+    status, state = await _rollback(registry)
+    assert status == 200 and (state["version"], state["previous_version"]) == (2, 3)
+    status, state = await _rollback(registry)
+    assert status == 200 and (state["version"], state["previous_version"]) == (1, 2)
+    status, body = await _rollback(registry)
+    assert status == 409 and body["error"]["code"] == "no_previous_version", body
+
+
+async def test_rollback_undoes_the_latest_move_not_yet_undone(
+    registry: RegistryHarness, tmp_path: Path
+) -> None:
+    await _three_versions(registry, tmp_path)
+    for version in (1, 2, 3):
+        await _put(registry, version)
+    assert (await _rollback(registry))[1]["version"] == 2
+    await _put(registry, 1)  # a new move after a rollback is the next one undone
+    assert (await _rollback(registry))[1]["version"] == 2
+    assert (await _rollback(registry))[1]["version"] == 1
+    assert (await _rollback(registry))[0] == 409

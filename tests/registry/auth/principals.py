@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.registry import RegistryHarness
+from devharness.registry import RegistryHarness
 
 OWN = "acme"
 OTHER = "globex"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from devharness.registry import RegistryHarness
 from tests.registry.auth.principals import (
     OTHER,
     OWN,
@@ -14,9 +15,9 @@ from tests.registry.auth.principals import (
     or_admin,
     principals,
 )
-from tests.support.registry import RegistryHarness
 
-LISTED_FIELDS = {"id", "name", "role", "tenant", "prefix", "created_at", "revoked_at"}
+LISTED_FIELDS = {"id", "name", "role", "tenant", "prefix", "created_at", "revoked_at",
+                 "agent_id"}
 
 
 async def create(registry: RegistryHarness, body: dict[str, Any],

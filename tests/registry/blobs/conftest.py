@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from devharness.services import SeaweedS3
 from registry_service.blobs import BlobStore, LocalBlobStore, S3BlobStore
-from tests.support.services import SeaweedS3
 
 # Five MiB parts (the S3 minimum) so a test file of a dozen MiB is a real multipart upload.
 TEST_PART_SIZE_MB = 5

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
+from devharness.services import SeaweedS3
 from registry_service.blobs import (
     BlobStore,
     LocalBlobStore,
@@ -28,7 +29,6 @@ from registry_service.bootstrap import build_blobs
 from registry_service.errors import BlobNotFound, BlobStoreUnavailable, InvalidInput
 from registry_service.settings import RegistrySettings
 from tests.registry.blobs.conftest import make_blob_file, s3_store_for
-from tests.support.services import SeaweedS3
 
 MIB = 1024 * 1024
 ABSENT = "0" * 64

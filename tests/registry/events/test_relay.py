@@ -9,27 +9,34 @@ from collections.abc import Callable
 from nats.js.client import JetStreamContext
 from sqlalchemy import update
 
+from devharness.services import NatsService
+from devharness.waiting import eventually
 from loraplane.events import parse_event
-from registry_service.api.metrics import RegistryMetrics
 from registry_service.db.engine import Database
 from registry_service.events.bus import MSG_ID_HEADER
 from registry_service.events.models import EventRow
+from registry_service.events.relay import EventRelay
 from registry_service.events.service import event_json
+from registry_service.metrics import RegistryMetrics
 from tests.registry.events.conftest import RelayFactory
 from tests.registry.events.support import (
     all_published,
     all_rows,
-    eventually,
     metric,
     record,
     stream_count,
     stream_messages,
 )
-from tests.support.services import NatsService
 
 PUBLISHED = "loraplane_registry_events_published_total"
 PENDING = "loraplane_registry_outbox_pending"
 ERRORS = "loraplane_registry_relay_errors_total"
+
+
+async def passes_after_now(relay: EventRelay) -> None:
+    """Wait until a whole relay pass has begun and ended since this call."""
+    seen = relay.passes
+    await eventually(lambda: relay.passes >= seen + 2, what="a whole relay pass")
 
 
 async def test_committed_rows_are_published_with_id_subject_and_payload(
@@ -39,7 +46,8 @@ async def test_committed_rows_are_published_with_id_subject_and_payload(
     # A poll interval far beyond the deadline: only notify() can deliver this fast.
     relay = await relays(db, nats.url, metrics=metrics, relay_poll_interval_s=60)
     await eventually(lambda: relay.connected, what="relay connected")
-    await asyncio.sleep(0.2)  # let the first (empty) pass finish and go idle
+    # The first (empty) pass is over: the relay is idle for 60 s unless notified.
+    await eventually(lambda: relay.passes >= 1, what="first pass")
     await record(db, 3, tenant="acme", adapter="support-bot")
 
     await eventually(lambda: all_published(db), timeout_s=5, what="rows published")
@@ -62,12 +70,12 @@ async def test_committed_rows_are_published_with_id_subject_and_payload(
 async def test_rolled_back_transaction_publishes_nothing(
     db: Database, nats: NatsService, relays: RelayFactory, js: JetStreamContext,
 ) -> None:
-    await relays(db, nats.url, relay_poll_interval_s=0.05)
+    relay = await relays(db, nats.url, relay_poll_interval_s=0.05)
     await record(db, 2, adapter="rolled-back", commit=False)
     [marker] = await record(db, 1, adapter="committed")
 
     await eventually(lambda: all_published(db), what="marker published")
-    await asyncio.sleep(0.3)  # several more polls: nothing else may appear
+    await passes_after_now(relay)  # a whole pass since: nothing else may appear
     [msg] = await stream_messages(js)
     assert msg.headers is not None and msg.headers[MSG_ID_HEADER] == marker.event_id
     assert [row.adapter for row in await all_rows(db)] == ["committed"]
@@ -83,8 +91,8 @@ async def test_rows_wait_out_a_nats_outage_and_are_published_after_it(
 
     await nats.stop_async()
     await record(db, 4, adapter="during")
-    await eventually(lambda: metric(metrics, ERRORS) > 0, what="a failed attempt")
-    await asyncio.sleep(0.5)
+    # Two failed passes: the rows stay queued through the retries, not just the first.
+    await eventually(lambda: metric(metrics, ERRORS) >= 2, what="failed attempts")
     assert not relay.connected
     pending = [row for row in await all_rows(db) if row.published_at is None]
     assert [row.adapter for row in pending] == ["during"] * 4
@@ -104,9 +112,12 @@ async def test_relay_starts_while_nats_is_down(
 ) -> None:
     # The registry keeps accepting writes with NATS down: start() must not fail or wait.
     await nats.stop_async()
-    relay = await asyncio.wait_for(relays(db, nats.url, relay_poll_interval_s=0.05), 1)
+    metrics = RegistryMetrics()
+    relay = await asyncio.wait_for(relays(db, nats.url, metrics=metrics,
+                                          relay_poll_interval_s=0.05), 1)
     await record(db, 2)
-    await asyncio.sleep(0.5)
+    await passes_after_now(relay)  # it tried since the rows were committed, and failed
+    assert metric(metrics, ERRORS) >= 2
     assert not relay.connected
     assert not await all_published(db)
     await nats.start_async()
@@ -170,21 +181,23 @@ async def test_stop_finishes_and_leaves_no_task(
     assert not relay.connected
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "event-relay"]
     # After stop, commits no longer wake anything and nothing is published.
+    passes = relay.passes
     relay.notify()
     await record(db, 1)
-    await asyncio.sleep(0.3)
+    # Nothing is left that could publish: notify() and the commit woke no new task.
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "event-relay"]
+    assert relay.passes == passes
     assert not await all_published(db)
-
-
 
 
 async def test_stop_is_prompt_while_nats_is_down(
     db: Database, nats: NatsService, relays: RelayFactory,
 ) -> None:
     await nats.stop_async()
-    relay = await relays(db, nats.url, relay_poll_interval_s=0.05)
+    metrics = RegistryMetrics()
+    relay = await relays(db, nats.url, metrics=metrics, relay_poll_interval_s=0.05)
     await record(db, 1)
-    await asyncio.sleep(0.3)  # in its retry loop by now
+    await eventually(lambda: metric(metrics, ERRORS) >= 1, what="in its retry loop")
     await asyncio.wait_for(relay.stop(grace_s=1), 1.5)
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "event-relay"]
     assert not await all_published(db)

@@ -1,4 +1,4 @@
-"""/v1/desired and /v1/events through the running app, with its own relay and NATS."""
+"""/v1/events through the running app, with its own relay and NATS."""
 
 from __future__ import annotations
 
@@ -9,18 +9,13 @@ from nats.aio.client import Client as NatsClient
 from nats.js.client import JetStreamContext
 from sqlalchemy import func, select
 
-from loraplane.events import DesiredState, RouteRule, parse_event
+from devharness.registry import RegistryHarness
+from devharness.waiting import eventually
+from loraplane.events import parse_event
 from registry_service.events.models import EventRow
 from registry_service.events.service import event_json
-from tests.registry.events.support import (
-    BASE,
-    bot_desired,
-    eventually,
-    record,
-    seed_fleet,
-    stream_messages,
-)
-from tests.support.registry import RegistryHarness
+from tests.registry.events.support import record, stream_messages
+from tests.registry.seed import BASE
 
 
 async def _published(registry: RegistryHarness) -> bool:
@@ -28,52 +23,6 @@ async def _published(registry: RegistryHarness) -> bool:
         pending = await session.scalar(
             select(func.count()).select_from(EventRow).where(EventRow.published_at.is_(None)))
     return pending == 0
-
-
-async def test_desired_snapshot_for_agents_and_tenants(registry: RegistryHarness) -> None:
-    fleet = await seed_fleet(registry.ctx.db)
-    rows = await record(registry.ctx.db, 3)
-    await eventually(lambda: _published(registry), what="events published by the app's relay")
-    agent = await registry.token("agent")
-    acme = await registry.token("reader", tenant="acme")
-
-    response = await registry.client.get("/v1/desired", params={"base_model": BASE},
-                                         headers=agent)
-    assert response.status_code == 200, response.text
-    state = DesiredState.model_validate(response.json())
-    async with registry.ctx.db.session() as session:
-        last = await session.scalar(select(func.max(EventRow.stream_seq)))
-    assert state.stream_seq == last
-    assert state.event_seq >= rows[-1].seq
-    assert [a.name for a in state.adapters] == ["beta-bot", "fresh", "support-bot"]
-    assert state.adapters[2] == bot_desired(fleet)
-    assert [r.adapter for r in state.routes] == ["support-bot", "beta-bot"]
-
-    one = await registry.client.get("/v1/desired",
-                                    params={"base_model": BASE, "adapter": "support-bot"},
-                                    headers=agent)
-    only = DesiredState.model_validate(one.json())
-    assert only.adapters == [bot_desired(fleet)]
-    assert {r.adapter for r in only.routes} == {"support-bot"}
-    gone = await registry.client.get("/v1/desired", params={"base_model": BASE, "adapter": "nope"},
-                                     headers=agent)
-    assert DesiredState.model_validate(gone.json()).adapters == []
-
-    scoped = await registry.client.get("/v1/desired", params={"base_model": BASE},
-                                       headers=acme)
-    assert scoped.status_code == 200, scoped.text
-    body = DesiredState.model_validate(scoped.json())
-    assert [a.name for a in body.adapters] == ["fresh", "support-bot"]
-    assert body.routes == [RouteRule(kind="customer", key="c-1", adapter="support-bot",
-                                     alias="live", tenant="acme", base_model=BASE)]
-
-
-async def test_desired_refusals(registry: RegistryHarness) -> None:
-    missing = await registry.client.get("/v1/desired", headers=registry.admin_headers)
-    assert missing.status_code == 422
-    assert missing.json()["error"]["code"] == "invalid_request"
-    anonymous = await registry.client.get("/v1/desired", params={"base_model": BASE})
-    assert anonymous.status_code == 401
 
 
 async def test_events_pages_and_tenant_scope(registry: RegistryHarness) -> None:
@@ -85,14 +34,17 @@ async def test_events_pages_and_tenant_scope(registry: RegistryHarness) -> None:
     first = await _get_events(registry, headers, after=0, limit=2)
     assert [e["event_id"] for e in first["events"]] == [r.event_id for r in acme_rows]
     second = await _get_events(registry, headers, after=first["next_after"], limit=2)
-    assert [e["event_id"] for e in second["events"]] == [beta_rows[0].event_id]
+    # The reader token's creation is in the audit log too, after the recorded rows.
+    assert [e["event_id"] for e in second["events"]][:1] == [beta_rows[0].event_id]
+    assert [e["type"] for e in second["events"]][1:] == ["token_created"]
     assert second["events"][0] == event_json(beta_rows[0])
     assert parse_event(json.dumps(second["events"][0])).adapter == "b"
     empty = await _get_events(registry, headers, after=second["next_after"])
     assert empty == {"events": [], "next_after": second["next_after"]}
 
     scoped = await _get_events(registry, acme, after=0)
-    assert [e["tenant"] for e in scoped["events"]] == ["acme", "acme"]
+    assert [(e["tenant"], e["type"]) for e in scoped["events"]] == [
+        ("acme", acme_rows[0].type), ("acme", acme_rows[1].type), ("acme", "token_created")]
 
     for limit in (0, 1001):
         refused = await registry.client.get("/v1/events", params={"limit": limit},

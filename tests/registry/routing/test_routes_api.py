@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from devharness.registry import RegistryHarness
 from loraplane.events import RouteChanged
 from registry_service.events.models import EventRow
 from registry_service.events.service import event_of
@@ -21,7 +22,6 @@ from tests.registry.auth.principals import (
     or_admin,
     principals,
 )
-from tests.support.registry import RegistryHarness
 
 
 async def route_events(registry: RegistryHarness) -> list[RouteChanged]:

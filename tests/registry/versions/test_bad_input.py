@@ -7,22 +7,22 @@ import json
 import struct
 import tarfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from loraplane.lora.safetensors import read_header
-from tests.support.adapters import make_adapter, write_safetensors
-from tests.support.registry import RegistryHarness
-from tests.support.uploads import (
+from devharness.adapters import make_adapter, safetensors_bytes, write_safetensors
+from devharness.registry import RegistryHarness
+from devharness.uploads import (
     adapter_parts,
     count_rows,
     staging_leftovers,
     stored_blobs,
     upload,
 )
+from loraplane.lora.safetensors import read_header
 
 Parts = list[tuple[str, tuple[str, bytes]]]
 
@@ -118,6 +118,10 @@ CASES: dict[str, tuple[Callable[[Path], Parts], int, str]] = {
                          422, "invalid_safetensors"),
     # The test registry caps headers at 512 bytes; a real adapter's header is larger.
     "oversized header": (lambda t: adapter_parts(_good(t)), 413, "safetensors_header_too_large"),
+    # 1e200 as an int: formatting the size it needs once overflowed a float (a 500).
+    "huge shape": (lambda t: _with_weights(t, safetensors_bytes(
+        {"a": {"dtype": "F32", "shape": [10**200, 10**200], "data_offsets": [0, 4]}},
+        data=b"\0" * 4)), 422, "invalid_safetensors"),
     "header longer than file": (lambda t: _with_weights(t, struct.pack("<Q", 2**40) + b"{}"),
                                 422, "safetensors_size_mismatch"),
     "header disagrees with file": (
@@ -154,7 +158,7 @@ async def test_bad_upload_is_refused_and_leaves_nothing(
     error = response.json()["error"]
     assert error["code"] == code, error
     assert error["message"]
-    assert await count_rows(registry) == (0, 0)
+    assert await count_rows(registry) == (0, 1)  # adapter_created only
     assert await stored_blobs(registry) == []
     assert staging_leftovers(registry) == []
     # The service keeps running: a good upload still works afterwards.
@@ -179,7 +183,7 @@ async def test_malformed_bodies_answer_400(embedded_registry: RegistryHarness, b
         headers={**registry.admin_headers, "Content-Type": content_type})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == code
-    assert await count_rows(registry) == (0, 0)
+    assert await count_rows(registry) == (0, 1)  # adapter_created only
     assert staging_leftovers(registry) == []
 
 
@@ -190,5 +194,31 @@ async def test_bad_alias_name_is_refused_before_anything_is_stored(
     await registry.create_adapter("bot")
     response = await upload(registry, "bot", adapter_parts(_good(tmp_path)), aliases="Bad Alias")
     assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_alias"
-    assert await count_rows(registry) == (0, 0)
+    assert await count_rows(registry) == (0, 1)  # adapter_created only
     assert await stored_blobs(registry) == []
+
+
+@pytest.mark.parametrize(("adapter", "token", "status", "code"), [
+    ("nope", "admin", 404, "adapter_not_found"),
+    ("bot", "reader", 403, "insufficient_role"),
+])
+async def test_a_refused_caller_is_answered_before_the_body_is_read(
+    embedded_registry: RegistryHarness, adapter: str, token: str, status: int, code: str
+) -> None:
+    registry = embedded_registry
+    await registry.create_adapter("bot")
+    headers = registry.admin_headers if token == "admin" else await registry.token(token, "acme")
+    chunks_read: list[int] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        for n in range(3):
+            chunks_read.append(n)
+            yield b"x" * 1024
+
+    response = await registry.client.post(
+        f"/v1/adapters/{adapter}/versions", content=body(),
+        headers={**headers, "Content-Type": "multipart/form-data; boundary=b"})
+    assert response.status_code == status and response.json()["error"]["code"] == code
+    # The check comes first, so nothing of a refused upload is streamed to staging.
+    assert chunks_read == []
+    assert staging_leftovers(registry) == []

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import nats
 
+from devharness.adapters import make_adapter
+from devharness.openai_client import RETRY_OVER_HTTP
+from devharness.registry import RegistryHarness
+from devharness.uploads import count_rows, upload_dir
+from devharness.waiting import eventually
 from loraplane.events import STREAM_NAME
-from tests.support.adapters import make_adapter
-from tests.support.registry import RegistryHarness
-from tests.support.uploads import count_rows, upload_dir
 
 
 async def test_upload_while_s3_is_down_answers_503_and_leaves_no_row(
@@ -26,7 +28,7 @@ async def test_upload_while_s3_is_down_answers_503_and_leaves_no_row(
         assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "blob_store_unavailable"
         assert response.headers.get("retry-after")
-        assert await count_rows(registry) == (0, 0)
+        assert await count_rows(registry) == (0, 1)  # adapter_created only
     finally:
         registry.s3.start()
     again = await upload_dir(registry, "bot", make_adapter(tmp_path / "a", seed=1))
@@ -69,8 +71,17 @@ async def test_upload_while_nats_is_down_is_published_once_nats_is_back(
     registry.nats.stop()
     response = await upload_dir(registry, "bot", make_adapter(tmp_path / "a", seed=1))
     assert response.status_code == 201, response.text
-    assert await count_rows(registry) == (1, 2)
-    await asyncio.sleep(1.0)
+    assert await count_rows(registry) == (1, 3)  # adapter_created (audit) + the two to publish
+    relay, seen = registry.ctx.relay, registry.ctx.relay.passes
+
+    async def retried_and_failed() -> bool:
+        # A whole pass since the commit, and a failed one: the rows waited out NATS.
+        errors = registry.ctx.metrics.registry.get_sample_value(
+            "loraplane_registry_relay_errors_total")
+        return relay.passes >= seen + 2 and (errors or 0) >= 1
+
+    await eventually(retried_and_failed, timeout_s=20, interval_s=0.05, retrying=RETRY_OVER_HTTP,
+                     what="a failed relay pass")
     registry.nats.start()
     messages = await _wait_for_messages(registry.nats.url, 2)
     assert [m["type"] for m in messages] == ["version_published", "adapter_updated"]

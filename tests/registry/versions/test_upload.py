@@ -9,10 +9,10 @@ from pathlib import Path
 
 import httpx
 
+from devharness.adapters import make_adapter
+from devharness.registry import RegistryHarness
+from devharness.uploads import count_rows, stored_blobs, upload, upload_dir
 from loraplane.digest import version_digest
-from tests.support.adapters import make_adapter
-from tests.support.registry import RegistryHarness
-from tests.support.uploads import count_rows, stored_blobs, upload, upload_dir
 
 
 async def test_push_creates_version_moves_live_and_records_events(
@@ -35,8 +35,9 @@ async def test_push_creates_version_moves_live_and_records_events(
     assert len(await stored_blobs(registry)) == 2
     events = (await registry.client.get("/v1/events", headers=registry.admin_headers)).json()
     types = [(e["type"], e.get("alias"), e.get("version")) for e in events["events"]]
-    assert types == [("version_published", None, None), ("adapter_updated", "live", 1)]
-    updated = events["events"][1]
+    assert types == [("adapter_created", None, None), ("version_published", None, None),
+                     ("adapter_updated", "live", 1)]
+    updated = events["events"][2]
     assert updated["target"]["digest"] == body["digest"]
     assert updated["previous_version"] is None and updated["revision"] == 1
     assert {f["name"] for f in updated["files"]} == set(expected)

@@ -1,0 +1,145 @@
+"""A pausable TCP proxy in front of vLLM that can hold back the answer to one marked request.
+
+A test needs a stream that stays in flight through the agent for as long as it takes
+to push, flip and check, then ends normally with its full text. A stream "long enough"
+is a bet on the machine's speed (one ended before the swap on a faster machine), and
+a client that stops reading does not hold it either: the kernel buffers megabytes of
+a loopback connection. So the agent talks to vLLM through this proxy, which passes
+every byte both ways, except that once a request whose bytes contain ``marker`` has
+had its first event answered, the rest of that answer waits until ``release()``.
+vLLM generates the whole answer meanwhile; the agent just has not received it.
+
+The proxy runs its own event loop in a thread, so sync fixtures can own it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+CHUNK = 65536
+# What a request carries to be held, and a prompt that carries it.
+HOLD_MARKER = "[held by the tcp proxy]"
+HELD_PROMPT = f"The registry publishes {HOLD_MARKER}"
+# The first event of a streamed answer: what the client waits for before it counts
+# the request as started.
+FIRST_EVENT = b"data: "
+
+
+class PausableTcpProxy:
+    def __init__(self, target_url: str, marker: bytes = HOLD_MARKER.encode()) -> None:
+        target = urlsplit(target_url)
+        assert target.hostname is not None and target.port is not None, target_url
+        self.target = (target.hostname, target.port)
+        self.marker = marker
+        self.held_connections = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="pausable-tcp-proxy")
+        self._server: asyncio.Server | None = None
+        self._gate = asyncio.Event()
+        self._port = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> PausableTcpProxy:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    def hold(self) -> None:
+        """From now on, marked answers stop after their first event."""
+        self._loop.call_soon_threadsafe(self._gate.clear)
+
+    def release(self) -> None:
+        """Let every held answer flow on."""
+        self._loop.call_soon_threadsafe(self._gate.set)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold marked answers for the block, and let them go however it ends."""
+        self.hold()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def __enter__(self) -> PausableTcpProxy:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def _serve(self) -> None:
+        self._gate.set()
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        self._port = self._server.sockets[0].getsockname()[1]
+
+    async def _close(self) -> None:
+        self._gate.set()
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._writers):
+                writer.close()
+            await self._server.wait_closed()
+
+    async def _connection(self, client_r: asyncio.StreamReader,
+                          client_w: asyncio.StreamWriter) -> None:
+        try:
+            upstream_r, upstream_w = await asyncio.open_connection(*self.target)
+        except OSError:
+            client_w.close()
+            return
+        marked = asyncio.Event()
+        self._writers |= {client_w, upstream_w}
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._requests(client_r, upstream_w, marked))
+                group.create_task(self._answers(upstream_r, client_w, marked))
+        except* (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            for writer in (client_w, upstream_w):
+                writer.close()
+                self._writers.discard(writer)
+
+    async def _requests(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                        marked: asyncio.Event) -> None:
+        tail = b""
+        while data := await source.read(CHUNK):
+            # The marker may straddle two reads.
+            if self.marker in tail + data and not marked.is_set():
+                marked.set()
+                self.held_connections += 1
+            tail = data[-len(self.marker):]
+            sink.write(data)
+            await sink.drain()
+        # The client is done sending: half-close so the answer can still come back.
+        with contextlib.suppress(OSError):
+            sink.write_eof()
+
+    async def _answers(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                       marked: asyncio.Event) -> None:
+        answered = False
+        while data := await source.read(CHUNK):
+            sink.write(data)
+            await sink.drain()
+            if marked.is_set():
+                answered = answered or FIRST_EVENT in data
+                if answered:
+                    await self._gate.wait()
+        sink.close()

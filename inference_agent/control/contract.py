@@ -1,0 +1,44 @@
+"""What the reconciler asks of the swap.
+
+The reconciler decides and the swap acts: ``AliasApplier`` is everything the reconciler
+may do to the served state, and the swap (``Swapper``) is its only implementation, so it
+is the only writer of the route table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from loraplane.events import RouteRule, VersionRef
+
+
+@dataclass
+class SwapResult:
+    adapter: str
+    alias: str
+    old: int | None
+    new: int | None
+    loaded: bool
+    flipped: bool
+
+
+class AliasApplier(Protocol):
+    """The writes to the served state (the route table), all made by the swap."""
+
+    async def apply(self, adapter: str, alias: str, revision: int,
+                    ref: VersionRef | None) -> SwapResult:
+        """Move an alias (None removes it); raise, changing nothing, if it fails."""
+        ...
+
+    def record(self, adapter: str, alias: str, revision: int, ref: VersionRef) -> None:
+        """The alias already serves ``ref``: only take the newer revision."""
+        ...
+
+    def drop_adapter(self, adapter: str) -> None:
+        """Forget the adapter, revisions included (it was deleted)."""
+        ...
+
+    def set_rules(self, rules: list[RouteRule]) -> None:
+        """Replace the routing rules."""
+        ...

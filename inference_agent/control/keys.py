@@ -1,0 +1,26 @@
+"""The work queue's keys: which desired state a key asks the reconciler to re-read.
+
+An adapter name asks for that adapter as the registry has it. ``local/<name>`` asks for
+the folder ``<name>`` of ``--watch-dir``. The special keys cannot collide with either:
+an adapter name is a slug, which holds neither ``*`` nor ``/``.
+"""
+
+from __future__ import annotations
+
+# Re-read the whole snapshot, queue every adapter, then repair vLLM (see VLLM).
+ALL = "*all*"
+# Re-read the routing rules.
+ROUTES = "*routes*"
+# Compare what the cache believes loaded with what vLLM has, and repair the difference.
+VLLM = "*vllm*"
+LOCAL_PREFIX = "local/"
+
+
+def local_key(adapter: str) -> str:
+    """The key of a ``--watch-dir`` folder."""
+    return f"{LOCAL_PREFIX}{adapter}"
+
+
+def local_adapter(key: str) -> str | None:
+    """The adapter a ``local/<name>`` key names; None for any other key."""
+    return key[len(LOCAL_PREFIX):] if key.startswith(LOCAL_PREFIX) else None

@@ -1,0 +1,160 @@
+"""The swap of one alias: materialize -> (load) -> flip -> drain -> unload.
+
+A bad version fails in ``apply`` before the flip, so the previous version keeps
+serving. The drain of the old version runs as its own task: a long stream on the old
+version must not hold up the next move of the same adapter.
+
+The swap is the only writer of the route table (aliases, revisions, routing rules):
+the reconciler decides what should change and calls the swap to change it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from inference_agent.control.contract import SwapResult
+from inference_agent.errors import AgentError
+from inference_agent.metrics import AgentMetrics
+from inference_agent.node.cache import AdapterCache
+from inference_agent.node.materialize import Materializer
+from inference_agent.serving.leases import Leases
+from inference_agent.serving.routes import RouteTable
+from loraplane.events import RouteRule, VersionRef
+from loraplane.naming import versioned_name
+
+log = logging.getLogger(__name__)
+
+
+class Swapper:
+    """Applies alias moves. The work queue runs one move per adapter at a time."""
+
+    def __init__(self, routes: RouteTable, cache: AdapterCache, leases: Leases,
+                 materializer: Materializer, *, drain_timeout_s: float,
+                 metrics: AgentMetrics, on_change: Callable[[], None] | None = None) -> None:
+        self._routes = routes
+        self._cache = cache
+        self._leases = leases
+        self._materializer = materializer
+        self.drain_timeout_s = drain_timeout_s
+        self._metrics = metrics
+        self.on_change = on_change
+        self._drains: dict[str, asyncio.Task[None]] = {}
+        # Names a move is about to flip to: a drain finishing meanwhile must keep them.
+        self._preparing: set[str] = set()
+
+    def draining(self) -> set[str]:
+        """Versioned names whose drain is still running."""
+        return set(self._drains)
+
+    async def apply(self, adapter: str, alias: str, revision: int,
+                    ref: VersionRef | None) -> SwapResult:
+        """Apply one alias move; raise (and change nothing) if the new version fails."""
+        current_revision, current = self._routes.alias(adapter, alias)
+        result = SwapResult(adapter, alias, current.version if current else None,
+                            ref.version if ref else None, loaded=False, flipped=False)
+        if revision <= current_revision:
+            self._metrics.swaps.labels(outcome="stale").inc()
+            return result
+        new_name = versioned_name(adapter, ref.version) if ref is not None else None
+        if new_name is not None:
+            self._preparing.add(new_name)
+        try:
+            if ref is not None:
+                result.loaded = await self._prepare(ref, current)
+            with self._metrics.stage("flip"):
+                result.flipped = self._routes.set_alias(adapter, alias, revision, ref)
+        except BaseException:
+            self._metrics.swaps.labels(outcome="failed").inc()
+            raise
+        finally:
+            self._preparing.discard(new_name or "")
+        if not result.flipped:  # a newer move landed while this one was preparing
+            self._metrics.swaps.labels(outcome="stale").inc()
+            return result
+        if current is not None and (ref is None or current.version != ref.version):
+            self._start_drain(versioned_name(adapter, current.version))
+        self._metrics.swaps.labels(outcome="applied").inc()
+        log.info("%s@%s: %s -> %s (revision %d, loaded=%s)", adapter, alias,
+                 result.old, result.new, revision, result.loaded)
+        await self._evict_disk()
+        self._notify()
+        return result
+
+    def record(self, adapter: str, alias: str, revision: int, ref: VersionRef) -> None:
+        """The alias moved away and back to ``ref``: same weights, only a newer revision."""
+        self._routes.set_alias(adapter, alias, revision, ref)
+
+    def drop_adapter(self, adapter: str) -> None:
+        """Forget ``adapter`` entirely, so a re-created one starts from revision 0. Its
+        aliases were removed first (by ``apply``), which drained its versions."""
+        self._routes.drop_adapter(adapter)
+
+    def set_rules(self, rules: list[RouteRule]) -> None:
+        self._routes.set_rules(rules)
+
+    async def _prepare(self, ref: VersionRef, current: VersionRef | None) -> bool:
+        """Materialize always; load only if the adapter is hot (its current version is
+        loaded) or pinned. A cold adapter loads at its first request."""
+        await self._materializer.materialize(ref)
+        hot = current is not None and self._cache.is_active(
+            versioned_name(current.adapter, current.version))
+        if hot or self._cache.is_pinned(ref.adapter):
+            await self._cache.ensure_active(ref, record=False)
+            return True
+        return False
+
+    def _start_drain(self, name: str) -> None:
+        if name in self._drains:
+            return  # already waiting for it; its deadline stands
+        task = asyncio.create_task(self._drain(name), name=f"drain {name}")
+        self._drains[name] = task
+        task.add_done_callback(lambda done: self._drain_done(name, done))
+
+    def _drain_done(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._drains.get(name) is task:
+            del self._drains[name]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("drain of %s failed", name, exc_info=task.exception())
+
+    async def _drain(self, name: str) -> None:
+        started = time.perf_counter()
+        idle = await self._leases.wait_idle(name, self.drain_timeout_s)
+        self._metrics.stage_seconds.labels(stage="drain").observe(time.perf_counter() - started)
+        if self._routes.is_routed(name) or name in self._preparing:
+            return  # moved back (rollback) or another alias points at it: keep it
+        if not idle:
+            # The design bounds a drain: vLLM finishes running requests on the weights
+            # they started with even after the name is unloaded.
+            log.warning("drain of %s timed out after %.0fs with %d requests in flight; "
+                        "unloading", name, self.drain_timeout_s, self._leases.count(name))
+        try:
+            await self._cache.remove(name)
+        except AgentError as exc:
+            # Still in vLLM; the periodic resync unloads strays it finds there.
+            log.warning("unloading %s after its drain failed: %s", name, exc.message)
+        await self._evict_disk()
+        self._notify()
+
+    async def _evict_disk(self) -> None:
+        keep = self._cache.in_use_names() | self._routes.routed_names() | self._preparing
+        try:
+            await self._materializer.evict_disk(keep)
+        except OSError as exc:
+            log.warning("disk cache eviction failed: %s", exc)
+
+    def _notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    async def drain_all(self, timeout_s: float) -> None:
+        """Shutdown: wait up to ``timeout_s`` for running drains, then cancel the rest."""
+        tasks = list(self._drains.values())
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)

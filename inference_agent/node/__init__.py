@@ -1,0 +1,1 @@
+"""The node: what this host holds (vLLM, the disk cache) and its clients."""

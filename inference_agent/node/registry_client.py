@@ -1,0 +1,109 @@
+"""The agent's link to the registry: desired state, version metadata, files, status.
+
+The HTTP work is ``loraplane.client.AsyncRegistryClient``'s; this module maps its
+``RegistryError`` kinds to the agent's own at the boundary, so the reconciler only asks
+whether to retry. File URLs are registry paths: the local blob store answers 200 with
+the bytes, the S3 store a 307 to a presigned URL, which the client follows without the
+bearer token (tests check this).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from inference_agent.errors import (
+    AgentError,
+    FetchFailed,
+    NotServable,
+    RegistryUnavailable,
+    TerminalError,
+)
+from loraplane.client import (
+    AsyncRegistryClient,
+    BadResponse,
+    DownloadFailed,
+    NotFound,
+    Refused,
+    RegistryError,
+)
+from loraplane.events import AgentStatus, DesiredState, FileRef, VersionRef
+
+OnBytes = Callable[[int], None]
+
+
+def agent_error(exc: RegistryError) -> AgentError:
+    """The agent's kind of ``exc``: a 404 is not servable, a refusal terminal, and
+    everything else (unreachable, 5xx, 429, an unexpected body) worth a retry."""
+    if isinstance(exc, DownloadFailed):
+        return FetchFailed(exc.message, detail=exc.detail)
+    detail = {"status": exc.status, "registry_code": exc.code, "url": exc.url}
+    if isinstance(exc, NotFound):
+        return NotServable(exc.message, detail=detail)
+    if isinstance(exc, Refused):
+        # 401/403/422...: retrying the same request cannot help.
+        return TerminalError(f"registry refused: {exc.message}", code=f"registry_{exc.code}",
+                             detail=detail)
+    if isinstance(exc, BadResponse):
+        return RegistryUnavailable(f"registry sent an unexpected body: {exc.message}",
+                                   detail={"url": exc.url})
+    if exc.status is None:
+        return RegistryUnavailable(f"registry unreachable: {exc.message}",
+                                   detail={"url": exc.url})
+    return RegistryUnavailable(f"registry answered {exc.status}: {exc.message}", detail=detail)
+
+
+@contextmanager
+def _mapped() -> Iterator[None]:
+    try:
+        yield
+    except RegistryError as exc:
+        raise agent_error(exc) from exc
+
+
+class RegistryLink:
+    """One agent's connection to the registry, authenticated with its bearer token."""
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0) -> None:
+        self.api = AsyncRegistryClient(base_url, token, timeout_s=timeout_s,
+                                       user_agent="loraplane-agent")
+
+    @property
+    def base_url(self) -> str:
+        return self.api.base_url
+
+    async def desired(self, base_model: str, adapter: str | None = None) -> DesiredState:
+        with _mapped():
+            return await self.api.desired(base_model, adapter=adapter)
+
+    async def version(self, adapter: str, version: int) -> VersionRef:
+        """One version's metadata; NotServable if the registry does not have it."""
+        with _mapped():
+            listed = await self.api.get_version(adapter, version)
+        # Only the fields an agent loads by: a VersionRef equals the one in desired state.
+        return VersionRef.model_validate(listed.model_dump(include=set(VersionRef.model_fields)))
+
+    async def download(self, url: str, dest: Path, *, size: int, sha256: str,
+                       on_bytes: OnBytes | None = None) -> None:
+        """Stream ``url`` into ``dest``, checking size and sha256; FetchFailed otherwise.
+
+        ``dest`` is left partially written on failure: callers download into staging.
+        """
+        with _mapped():
+            await self.api.download(url, dest, size=size, sha256=sha256, on_bytes=on_bytes)
+
+    def fetcher(self, on_bytes: OnBytes | None = None
+                ) -> Callable[[FileRef, Path], Awaitable[None]]:
+        """A ``Materializer`` fetch function downloading through this client."""
+        async def fetch(file: FileRef, dest: Path) -> None:
+            await self.download(file.url, dest, size=file.size, sha256=file.sha256,
+                                on_bytes=on_bytes)
+        return fetch
+
+    async def post_status(self, status: AgentStatus) -> None:
+        with _mapped():
+            await self.api.report_status(status)
+
+    async def aclose(self) -> None:
+        await self.api.aclose()

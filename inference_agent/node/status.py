@@ -1,0 +1,169 @@
+"""What this agent serves, reported to the registry: on change (debounced) and as a
+heartbeat.
+
+The report lists, per adapter alias, the version routed and its state: ``serving``
+(routed; loaded now or at its first request), ``loading`` (a move in progress, or being
+retried, with the last reason), ``draining`` (an old version waiting for its requests),
+and, under ``failures``, versions marked bad on this host with the code and reason. A
+registry that is down never stops the agent: the report is retried later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Protocol
+
+from inference_agent.control.failures import VersionFailure
+from inference_agent.serving.routes import RouteTable
+from loraplane.events import AgentStatus, ServedVersion
+
+log = logging.getLogger(__name__)
+
+Post = Callable[[AgentStatus], Awaitable[None]]
+MAX_ENTRIES = 5000
+
+
+class LoadedNames(Protocol):
+    def loaded_names(self) -> list[str]: ...
+
+
+class Draining(Protocol):
+    def draining(self) -> set[str]: ...
+
+
+class FailureSource(Protocol):
+    """The reconciler: versions in progress and versions that failed."""
+
+    def failures(self) -> list[VersionFailure]: ...
+
+    def pending(self) -> dict[tuple[str, str], int | None]: ...
+
+
+def _split(name: str) -> tuple[str, int] | None:
+    adapter, _, version = name.rpartition("@")
+    return (adapter, int(version)) if adapter and version.isdigit() else None
+
+
+def build_status(*, agent_id: str, base_model: str, routes: RouteTable,
+                 loaded: Iterable[str], draining: Iterable[str],
+                 pending: Mapping[tuple[str, str], int | None],
+                 failures: Iterable[VersionFailure], now: datetime) -> AgentStatus:
+    served: list[ServedVersion] = []
+    for adapter in sorted(routes.adapters()):
+        for alias, (_revision, ref) in sorted(routes.aliases(adapter).items()):
+            served.append(ServedVersion(adapter=adapter, alias=alias, version=ref.version,
+                                        state="serving"))
+    for (adapter, alias), version in sorted(pending.items()):
+        if version is not None:
+            served.append(ServedVersion(adapter=adapter, alias=alias, version=version,
+                                        state="loading"))
+    for name in sorted(set(draining)):
+        parts = _split(name)
+        if parts is not None:
+            served.append(ServedVersion(adapter=parts[0], alias=None, version=parts[1],
+                                        state="draining"))
+    bad: list[ServedVersion] = []
+    for failure in failures:
+        entry = ServedVersion(adapter=failure.adapter, alias=failure.alias,
+                              version=failure.version,
+                              state="failed" if failure.bad else "loading",
+                              reason=failure.reason[:1000], code=failure.code)
+        (bad if failure.bad else served).append(entry)
+    served = _unique(served)
+    return AgentStatus(agent_id=agent_id, base_model=base_model, time=now,
+                       served=served[:MAX_ENTRIES], loaded=sorted(loaded)[:MAX_ENTRIES],
+                       failures=bad[:MAX_ENTRIES])
+
+
+def _unique(entries: list[ServedVersion]) -> list[ServedVersion]:
+    # A move being retried is both "pending" and a failure; the one with a reason wins.
+    best: dict[tuple[str, str | None, int, str], ServedVersion] = {}
+    for entry in entries:
+        key = (entry.adapter, entry.alias, entry.version, entry.state)
+        if key not in best or entry.reason is not None:
+            best[key] = entry
+    return list(best.values())
+
+
+class StatusReporter:
+    """Posts the agent's status when it changes (debounced) and every heartbeat."""
+
+    def __init__(self, *, agent_id: str, base_model: str, routes: RouteTable,
+                 cache: LoadedNames, swapper: Draining, sources: Iterable[FailureSource],
+                 post: Post, heartbeat_interval_s: float, debounce_s: float = 0.5,
+                 retry_s: float = 5.0) -> None:
+        self.agent_id = agent_id
+        self.base_model = base_model
+        self._routes = routes
+        self._cache = cache
+        self._swapper = swapper
+        self._sources = list(sources)
+        self._post = post
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.debounce_s = debounce_s
+        self.retry_s = retry_s
+        self._dirty = asyncio.Event()
+        self._last_sent: AgentStatus | None = None
+        self._failing = False
+        self.posted = 0
+
+    def changed(self) -> None:
+        """Something the report shows changed: post soon (many changes, one post)."""
+        self._dirty.set()
+
+    def build(self) -> AgentStatus:
+        pending: dict[tuple[str, str], int | None] = {}
+        failures: list[VersionFailure] = []
+        for source in self._sources:
+            pending.update(source.pending())
+            failures.extend(source.failures())
+        return build_status(agent_id=self.agent_id, base_model=self.base_model,
+                            routes=self._routes, loaded=self._cache.loaded_names(),
+                            draining=self._swapper.draining(), pending=pending,
+                            failures=failures, now=datetime.now(UTC))
+
+    async def run(self) -> None:
+        """Post the first report at once, then on change and every heartbeat."""
+        force = True
+        while True:
+            ok = await self.report(force=force)
+            wait_s = self.heartbeat_interval_s
+            if not ok:
+                wait_s = min(self.retry_s, wait_s)
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._dirty.wait()
+            except TimeoutError:
+                force = True  # a heartbeat (or a retry): post even if nothing changed
+                continue
+            # Let a burst of changes (a swap touches several) settle into one post.
+            await asyncio.sleep(self.debounce_s)
+            force = not ok
+
+    async def report(self, *, force: bool) -> bool:
+        """Post the current status (skipped if unchanged and not forced); False on error."""
+        self._dirty.clear()
+        status = self.build()
+        if not force and self._last_sent is not None and _same(status, self._last_sent):
+            return True
+        try:
+            await self._post(status)
+        except Exception as exc:
+            # The registry being down must never stop serving; say so once per outage.
+            level = logging.DEBUG if self._failing else logging.WARNING
+            log.log(level, "posting status failed: %s: %s", type(exc).__name__, exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("status reported again")
+        self._failing = False
+        self._last_sent = status
+        self.posted += 1
+        return True
+
+
+def _same(a: AgentStatus, b: AgentStatus) -> bool:
+    return a.model_copy(update={"time": b.time}) == b

@@ -1,0 +1,1 @@
+"""The serving path: the OpenAI-compatible front door, its routes, leases and streams."""

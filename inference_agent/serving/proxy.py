@@ -1,0 +1,308 @@
+"""The agent's OpenAI-compatible front door to vLLM.
+
+A generation request is resolved to an adapter version (or the base model), takes a
+lease on that version in the same synchronous step, makes sure the version is loaded,
+and is forwarded to vLLM under the versioned name. vLLM's answer (JSON or an SSE
+stream) goes back unchanged: its ``model`` field already names the version. Every
+response after resolution carries ``X-Loraplane-Adapter``. Refusals are OpenAI-style
+(see openai_errors.py for the status of each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from inference_agent.errors import AgentError
+from inference_agent.metrics import CONTENT_TYPE, AgentMetrics
+from inference_agent.node.cache import AdapterCache
+from inference_agent.node.registry_client import RegistryLink
+from inference_agent.serving.calls import ProxyCall
+from inference_agent.serving.leases import Leases
+from inference_agent.serving.openai_errors import (
+    ProxyError,
+    bad_request,
+    from_agent_error,
+    shutting_down,
+    vllm_unreachable,
+)
+from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
+from inference_agent.serving.streams import Inflight, InflightMiddleware, UpstreamStream
+from inference_agent.serving.version_lookup import VersionLookup
+from loraplane.naming import DEFAULT_ALIAS
+
+# Client headers worth handing to vLLM (and back): they tie logs on both sides together.
+_PASSTHROUGH_HEADERS = ("x-request-id",)
+_PROBE_TIMEOUT_S = 5.0
+
+
+def _never() -> bool:
+    return False
+
+
+def _always() -> bool:
+    return True
+
+
+def _nothing() -> None:
+    return None
+
+
+class Proxy:
+    """The request handlers; one instance per app, holding the agent's parts."""
+
+    def __init__(self, *, routes: RouteTable, cache: AdapterCache, leases: Leases,
+                 metrics: AgentMetrics, http: httpx.AsyncClient, base_model: str,
+                 registry: RegistryLink | None, draining: Callable[[], bool],
+                 ready: Callable[[], bool], request_resync: Callable[[], None]) -> None:
+        """``request_resync`` asks the control loop to compare the cache with vLLM."""
+        self.routes = routes
+        self.cache = cache
+        self.leases = leases
+        self.metrics = metrics
+        self.http = http
+        self.base_model = base_model
+        self.versions = VersionLookup(registry, base_model)
+        self.draining = draining
+        self.ready = ready
+        self.request_resync = request_resync
+
+    # generation
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, "/v1/completions")
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, "/v1/chat/completions")
+
+    async def _generate(self, request: Request, path: str) -> Response:
+        call = ProxyCall(self.metrics)
+        try:
+            return await self._serve(request, path, call)
+        except BaseException:
+            # Cancelled or a bug: the lease must not outlive the request either way.
+            call.done(500, "internal")
+            raise
+
+    async def _serve(self, request: Request, path: str, call: ProxyCall) -> Response:
+        if self.draining():
+            return _refuse(call, shutting_down())
+        body = await _json_body(request)
+        if isinstance(body, ProxyError):
+            return _refuse(call, body)
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            return _refuse(call, bad_request("`model` must be a string", param="model"))
+        try:
+            target = await self._route(model, request.headers, call)
+            if target.ref is not None:
+                await self.cache.ensure_active(target.ref)
+        except AgentError as exc:
+            return _refuse(call, from_agent_error(exc))
+        payload = {**body, "model": target.model_name}
+        return await self._forward(path, payload, request.headers, target, call)
+
+    async def _route(self, model: str | None, headers: Mapping[str, str],
+                     call: ProxyCall) -> Target:
+        resolved = self.routes.resolve(model, headers)
+        if isinstance(resolved, UnresolvedVersion):
+            resolved = self.routes.target_for(
+                await self.versions.get(resolved.adapter, resolved.version))
+        # No await between the route decision above and the lease: a flip cannot slip
+        # in between and let the swap unload this version under the request.
+        lease = self.leases.acquire(resolved.model_name) if resolved.ref is not None else None
+        call.bind(resolved, lease)
+        return resolved
+
+    async def _forward(self, path: str, payload: dict[str, Any],
+                       client_headers: Mapping[str, str], target: Target,
+                       call: ProxyCall) -> Response:
+        upstream = await self._send(path, payload, client_headers)
+        if (isinstance(upstream, httpx.Response) and upstream.status_code == 404
+                and target.ref is not None):
+            # vLLM lost a version the cache believes loaded (vLLM restarted, or someone
+            # unloaded it by hand). Load it again and try once more rather than fail
+            # every request until the periodic resync notices; what else vLLM lost is
+            # the control loop's to find, not this request's.
+            await upstream.aclose()
+            self.cache.mark_lost(target.model_name)
+            self.request_resync()
+            try:
+                await self.cache.ensure_active(target.ref)
+            except AgentError as exc:
+                return _refuse(call, from_agent_error(exc))
+            upstream = await self._send(path, payload, client_headers)
+        if isinstance(upstream, ProxyError):
+            return _refuse(call, upstream)
+        return await self._pass_back(upstream, call)
+
+    async def _send(self, path: str, payload: dict[str, Any],
+                    client_headers: Mapping[str, str]) -> httpx.Response | ProxyError:
+        request = self.http.build_request("POST", path, json=payload,
+                                          headers=_passthrough(client_headers))
+        try:
+            return await self.http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            return _transport_error(exc)
+
+    async def _pass_back(self, upstream: httpx.Response, call: ProxyCall) -> Response:
+        headers = {**call.headers(), **_passthrough(upstream.headers)}
+        if upstream.is_success and _is_event_stream(upstream):
+            return UpstreamStream(upstream, headers, call.done)
+        try:
+            content = await upstream.aread()
+        except httpx.TransportError as exc:
+            return _refuse(call, _transport_error(exc))
+        finally:
+            await upstream.aclose()
+        call.done(upstream.status_code,
+                  None if upstream.is_success else f"vllm_{upstream.status_code}")
+        return Response(content, status_code=upstream.status_code, headers=headers,
+                        media_type=upstream.headers.get("content-type"))
+
+    # listing and probes
+
+    async def models(self, request: Request) -> Response:
+        try:
+            response = await self.http.get("/v1/models", timeout=_PROBE_TIMEOUT_S)
+        except httpx.TransportError as exc:
+            return _transport_error(exc).response()
+        if not response.is_success:
+            return Response(response.content, status_code=response.status_code,
+                            media_type=response.headers.get("content-type"))
+        upstream = {entry.get("id"): entry for entry in response.json().get("data", [])}
+        return JSONResponse({"object": "list", "data": self._model_entries(upstream)})
+
+    def _model_entries(self, upstream: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        created = int(time.time())
+        base = upstream.get(self.base_model) or _model_entry(
+            self.base_model, created, parent=None, root=self.base_model)
+        entries = [base]
+        for adapter in sorted(self.routes.adapters()):
+            for alias, (_revision, ref) in sorted(self.routes.aliases(adapter).items()):
+                root = self.routes.target_for(ref).model_name
+                ids = [adapter] if alias == DEFAULT_ALIAS else []
+                ids.append(f"{adapter}@{alias}")
+                entries.extend(_model_entry(i, created, self.base_model, root) for i in ids)
+        # Not vLLM's entries for these: their ``root`` is a path in the agent's cache.
+        entries.extend(_model_entry(name, created, self.base_model, name)
+                       for name in sorted(self.cache.loaded_names()))
+        return entries
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        started, draining = self.ready(), self.draining()
+        vllm = await self._vllm_healthy()
+        ok = started and vllm and not draining
+        return JSONResponse({"ready": ok, "started": started, "vllm": vllm,
+                             "draining": draining}, status_code=200 if ok else 503)
+
+    async def _vllm_healthy(self) -> bool:
+        try:
+            response = await self.http.get("/health", timeout=_PROBE_TIMEOUT_S)
+        except httpx.TransportError:
+            return False
+        return response.is_success
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _refuse(call: ProxyCall, error: ProxyError) -> Response:
+    call.done(error.status, error.code)
+    return error.response(call.headers())
+
+
+def _transport_error(exc: httpx.TransportError) -> ProxyError:
+    if isinstance(exc, httpx.TimeoutException):
+        return ProxyError(504, f"the model server did not answer in time: {exc!r}",
+                          "server_error", "vllm_timeout")
+    return vllm_unreachable(f"{type(exc).__name__}: {exc}")
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.startswith("text/event-stream")
+
+
+def _passthrough(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name: value for name in _PASSTHROUGH_HEADERS
+            if (value := headers.get(name)) is not None}
+
+
+async def _json_body(request: Request) -> dict[str, Any] | ProxyError:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json")
+    if not isinstance(body, dict):
+        return bad_request("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _model_entry(model_id: str, created: int, parent: str | None, root: str
+                 ) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": created,
+            "owned_by": "loraplane", "root": root, "parent": parent}
+
+
+def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
+                     metrics: AgentMetrics, vllm_url: str, base_model: str,
+                     registry: RegistryLink | None,
+                     draining: Callable[[], bool] | None = None,
+                     ready: Callable[[], bool] | None = None,
+                     request_resync: Callable[[], None] | None = None,
+                     http: httpx.AsyncClient | None = None,
+                     request_timeout_s: float = 600.0) -> Starlette:
+    """The front door app. ``app.state.inflight`` counts proxied requests for shutdown.
+
+    ``http`` is the client to vLLM; without one the app makes its own (bounded by
+    ``request_timeout_s`` between bytes) and closes it when its lifespan ends.
+    """
+    owned = http is None
+    client = http or httpx.AsyncClient(
+        base_url=vllm_url,
+        timeout=httpx.Timeout(request_timeout_s, connect=_PROBE_TIMEOUT_S),
+        # vLLM batches many concurrent requests; the pool must not be the bottleneck.
+        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=128))
+    proxy = Proxy(routes=routes, cache=cache, leases=leases, metrics=metrics, http=client,
+                  base_model=base_model, registry=registry, draining=draining or _never,
+                  ready=ready or _always, request_resync=request_resync or _nothing)
+    inflight = Inflight()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owned:
+                await client.aclose()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/completions", proxy.completions, methods=["POST"]),
+            Route("/v1/chat/completions", proxy.chat_completions, methods=["POST"]),
+            Route("/v1/models", proxy.models, methods=["GET"]),
+            Route("/healthz", proxy.healthz, methods=["GET"]),
+            Route("/readyz", proxy.readyz, methods=["GET"]),
+            Route("/metrics", proxy.prometheus, methods=["GET"]),
+        ],
+        middleware=[Middleware(InflightMiddleware, inflight=inflight)],
+        lifespan=lifespan,
+    )
+    app.state.inflight = inflight
+    app.state.proxy = proxy
+    return app

@@ -1,0 +1,192 @@
+"""The route table: which adapter version serves a request, decided synchronously.
+
+Aliases map ``(adapter, alias)`` to a version with the revision of the move that put
+it there; a move is applied only if its revision is newer, so late or duplicated
+events cannot move an alias back. ``resolve`` has no await: the proxy resolves and
+takes its lease in one step (see leases.py).
+
+Only the swap (control/swap.py) writes the table; everything else reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from inference_agent.errors import NotServable
+from loraplane.events import RouteRule, VersionRef
+from loraplane.naming import DEFAULT_ALIAS, parse_model_ref, versioned_name
+
+CUSTOMER_HEADER = "X-Customer-Id"
+TASK_HEADER = "X-Task-Type"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a request goes: an adapter version, or the base model (``adapter`` None)."""
+
+    adapter: str | None
+    ref: VersionRef | None
+    model_name: str
+
+    @property
+    def is_base(self) -> bool:
+        return self.adapter is None
+
+
+@dataclass(frozen=True)
+class UnresolvedVersion:
+    """``name@7`` where no alias points at 7: the caller looks version 7 up itself."""
+
+    adapter: str
+    version: int
+
+    @property
+    def model_name(self) -> str:
+        return versioned_name(self.adapter, self.version)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        # Plain dicts are case-sensitive; HTTP header names are not.
+        lowered = name.lower()
+        value = next((v for k, v in headers.items() if k.lower() == lowered), None)
+    value = value.strip() if value is not None else None
+    return value or None
+
+
+class RouteTable:
+    """Aliases and routing rules of one base model."""
+
+    def __init__(self, base_model: str) -> None:
+        self.base_model = base_model
+        # adapter -> alias -> (revision, ref); a None ref is a removal kept as a
+        # tombstone so an older move arriving late is still refused.
+        self._aliases: dict[str, dict[str, tuple[int, VersionRef | None]]] = {}
+        self._rules: dict[tuple[str, str], RouteRule] = {}
+        self._routed: dict[str, int] = {}
+
+    # aliases
+
+    def set_alias(self, adapter: str, alias: str, revision: int,
+                  ref: VersionRef | None) -> bool:
+        """Apply a move if ``revision`` is newer than the alias's; return whether it was."""
+        table = self._aliases.setdefault(adapter, {})
+        current = table.get(alias)
+        if current is not None and revision <= current[0]:
+            return False
+        if current is not None and current[1] is not None:
+            self._unroute(versioned_name(adapter, current[1].version))
+        table[alias] = (revision, ref)
+        if ref is not None:
+            name = versioned_name(adapter, ref.version)
+            self._routed[name] = self._routed.get(name, 0) + 1
+        return True
+
+    def alias(self, adapter: str, alias: str) -> tuple[int, VersionRef | None]:
+        """(revision, ref) of an alias; (0, None) if it never existed here."""
+        return self._aliases.get(adapter, {}).get(alias, (0, None))
+
+    def held(self, adapter: str) -> dict[str, tuple[int, VersionRef | None]]:
+        """Every alias's last move, removals (``None``) included, with its revision."""
+        return dict(self._aliases.get(adapter, {}))
+
+    def aliases(self, adapter: str) -> dict[str, tuple[int, VersionRef]]:
+        return {alias: (revision, ref)
+                for alias, (revision, ref) in self._aliases.get(adapter, {}).items()
+                if ref is not None}
+
+    def adapters(self) -> set[str]:
+        """Adapters with at least one alias pointing somewhere."""
+        return {adapter for adapter in self._aliases if self.aliases(adapter)}
+
+    def drop_adapter(self, adapter: str) -> None:
+        """Forget an adapter entirely (deleted): a re-created one starts from revision 0."""
+        for _revision, ref in self._aliases.pop(adapter, {}).values():
+            if ref is not None:
+                self._unroute(versioned_name(adapter, ref.version))
+
+    def routed_names(self) -> set[str]:
+        return set(self._routed)
+
+    def is_routed(self, name: str) -> bool:
+        return name in self._routed
+
+    def _unroute(self, name: str) -> None:
+        left = self._routed.get(name, 0) - 1
+        if left > 0:
+            self._routed[name] = left
+        else:
+            self._routed.pop(name, None)
+
+    # rules
+
+    def set_rules(self, rules: list[RouteRule]) -> None:
+        """Replace every rule; rules for other base models are ignored."""
+        self._rules = {(r.kind, r.key): r for r in rules if r.base_model == self.base_model}
+
+    def rules(self) -> list[RouteRule]:
+        return list(self._rules.values())
+
+    # resolution
+
+    def resolve(self, model: str | None,
+                headers: Mapping[str, str]) -> Target | UnresolvedVersion:
+        """Decide what serves a request; raise NotServable for an unknown adapter or alias."""
+        if not model or model == self.base_model:
+            return self._resolve_by_rules(headers)
+        parsed = parse_model_ref(model)
+        if parsed is None:
+            raise NotServable(f"the model {model!r} does not exist",
+                              detail={"model": model})
+        if parsed.adapter not in self.adapters():
+            raise NotServable(f"the adapter {parsed.adapter!r} is not served here",
+                              detail={"model": model, "adapter": parsed.adapter})
+        if parsed.version is not None:
+            return self._by_version(parsed.adapter, parsed.version)
+        return self._by_alias(parsed.adapter, parsed.alias or DEFAULT_ALIAS)
+
+    def target_for(self, ref: VersionRef) -> Target:
+        return Target(adapter=ref.adapter, ref=ref,
+                      model_name=versioned_name(ref.adapter, ref.version))
+
+    def base_target(self) -> Target:
+        return Target(adapter=None, ref=None, model_name=self.base_model)
+
+    def _by_alias(self, adapter: str, alias: str) -> Target:
+        _revision, ref = self.alias(adapter, alias)
+        if ref is None:
+            raise NotServable(f"the adapter {adapter!r} has no alias {alias!r}",
+                              detail={"adapter": adapter, "alias": alias})
+        return self.target_for(ref)
+
+    def _by_version(self, adapter: str, version: int) -> Target | UnresolvedVersion:
+        for _revision, ref in self.aliases(adapter).values():
+            if ref.version == version:
+                return self.target_for(ref)
+        return UnresolvedVersion(adapter, version)
+
+    def _resolve_by_rules(self, headers: Mapping[str, str]) -> Target:
+        for kind, header in (("customer", CUSTOMER_HEADER), ("task", TASK_HEADER)):
+            key = _header(headers, header)
+            rule = self._rules.get((kind, key)) if key is not None else None
+            if rule is not None:
+                return self._rule_target(rule)
+        defaults = sorted((r for r in self._rules.values() if r.kind == "default"),
+                          key=lambda r: r.key)
+        if defaults:
+            return self._rule_target(defaults[0])
+        return self.base_target()
+
+    def _rule_target(self, rule: RouteRule) -> Target:
+        _revision, ref = self.alias(rule.adapter, rule.alias)
+        if ref is None:
+            # A rule naming something not served is an operator error; answering from
+            # the base model instead would hide it behind plausible output.
+            raise NotServable(
+                f"the {rule.kind} route {rule.key!r} names {rule.adapter}@{rule.alias}, "
+                "which is not served here",
+                detail={"kind": rule.kind, "key": rule.key, "adapter": rule.adapter,
+                        "alias": rule.alias})
+        return self.target_for(ref)

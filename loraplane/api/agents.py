@@ -1,0 +1,66 @@
+"""The fleet view: ``/v1/agents`` and ``/v1/adapters/{name}/rollout``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from loraplane.events import AgentStatus, ServeState
+
+
+class AgentOut(BaseModel):
+    agent_id: str
+    base_model: str
+    first_seen_at: datetime
+    last_seen_at: datetime
+    seconds_since_seen: float
+    stale: bool
+    status: AgentStatus
+
+
+class AgentList(BaseModel):
+    stale_after_s: float
+    agents: list[AgentOut]
+
+
+class RolloutEntry(BaseModel):
+    """One agent's view of one version of the adapter."""
+
+    agent_id: str
+    alias: str | None
+    version: int
+    state: ServeState
+    reason: str | None = None
+    code: str | None = None
+    stale: bool
+
+
+class AliasRollout(BaseModel):
+    alias: str
+    version: int | None = Field(description="the alias's target; None once it was removed")
+    revision: int
+    serving: list[RolloutEntry] = Field(description="entries serving, loading or draining")
+    failed: list[RolloutEntry]
+    pending: list[str] = Field(
+        description="fresh agents of the base model that neither serve nor failed the target"
+    )
+    converged: bool
+    reason: str | None = Field(
+        default=None,
+        description="why the alias has not converged: 'no agents' (no fresh agent of the "
+                    "base model), 'N agent(s) pending' or 'N agent(s) failed'",
+    )
+
+
+class RolloutOut(BaseModel):
+    adapter: str
+    tenant: str
+    base_model: str
+    deleted: bool
+    stale_after_s: float
+    agents: int = Field(description="fresh agents of the adapter's base model")
+    aliases: list[AliasRollout]
+    unaliased: list[RolloutEntry] = Field(
+        description="entries not tied to a current alias, e.g. a version pinned by number"
+    )

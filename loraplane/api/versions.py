@@ -1,0 +1,29 @@
+"""Versions: ``/v1/adapters/{name}/versions``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from loraplane.api.aliases import AliasState
+from loraplane.events import VersionRef
+
+
+class VersionOut(VersionRef):
+    """A version as listed: what an agent needs to load it, and who uploaded it when."""
+
+    total_size: int
+    uploader: str
+    notes: str
+    created_at: datetime
+
+
+class UploadResult(VersionOut):
+    created: bool
+    aliases: list[AliasState]
+
+
+class VersionPage(BaseModel):
+    versions: list[VersionOut]
+    next_cursor: str | None

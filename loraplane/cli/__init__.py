@@ -1,1 +1,0 @@
-"""The ``loraplane`` command line: a client of the registry's REST API, and its launcher."""

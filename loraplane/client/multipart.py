@@ -1,0 +1,166 @@
+"""A ``multipart/form-data`` body generated from file chunks, with a known length.
+
+Adapter weights can be gigabytes, so a body is never built in memory: file parts are
+read in chunks as the request is sent. The exact ``Content-Length`` is computed up front
+from the part headers and the file sizes, which lets the registry refuse an oversized
+upload before it reads a byte of it, and avoids chunked transfer encoding.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loraplane.client.errors import InvalidSource
+
+CRLF = b"\r\n"
+DEFAULT_CHUNK_SIZE = 1024 * 1024
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+ARCHIVE_TYPES = {
+    ".tar.gz": "application/gzip",
+    ".tgz": "application/gzip",
+    ".tar": "application/x-tar",
+    ".zip": "application/zip",
+}
+
+# Called with (bytes sent so far, total bytes) as the body is sent.
+OnProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPart:
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class FilePart:
+    name: str
+    path: Path
+    size: int
+    filename: str
+    content_type: str = "application/octet-stream"
+
+    @classmethod
+    def of(cls, name: str, path: Path, *, filename: str | None = None,
+           content_type: str = "application/octet-stream") -> FilePart:
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise InvalidSource(f"cannot read {path}: {exc.strerror or exc}",
+                                code="file_unreadable") from exc
+        return cls(name=name, path=path, size=size, filename=filename or path.name,
+                   content_type=content_type)
+
+
+def collect_files(source: Path) -> list[FilePart]:
+    """The parts to send for a PEFT folder (its two adapter files) or for one archive."""
+    if source.is_dir():
+        missing = [n for n in ADAPTER_FILES if not (source / n).is_file()]
+        if missing:
+            raise InvalidSource(f"{source} has no {' or '.join(missing)}", code="missing_file")
+        return [FilePart.of("files", source / n) for n in ADAPTER_FILES]
+    if source.is_file():
+        lowered = source.name.lower()
+        for suffix, content_type in ARCHIVE_TYPES.items():
+            if lowered.endswith(suffix):
+                return [FilePart.of("files", source, content_type=content_type)]
+        raise InvalidSource(
+            f"{source} is neither an adapter folder nor an archive ({', '.join(ARCHIVE_TYPES)})",
+            code="not_an_adapter")
+    raise InvalidSource(f"{source} does not exist", code="not_found")
+
+
+def _quote(value: str) -> str:
+    # The HTML form encoding: these three would end the quoted string or the header.
+    return value.replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _headers(part: FieldPart | FilePart) -> bytes:
+    disposition = f'form-data; name="{_quote(part.name)}"'
+    lines = []
+    if isinstance(part, FilePart):
+        disposition += f'; filename="{_quote(part.filename)}"'
+        lines.append(f"Content-Type: {part.content_type}")
+    lines.insert(0, f"Content-Disposition: {disposition}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+class MultipartBody:
+    """A ``multipart/form-data`` body; iterate it (sync or async) once per request."""
+
+    def __init__(self, fields: Sequence[FieldPart], files: Sequence[FilePart], *,
+                 boundary: str | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 on_progress: OnProgress | None = None) -> None:
+        if chunk_size <= 0:
+            raise ValueError("chunk_size must be positive")
+        self.boundary = boundary or f"loraplane-{secrets.token_hex(16)}"
+        self.chunk_size = chunk_size
+        self.on_progress = on_progress
+        self._parts: list[FieldPart | FilePart] = [*fields, *files]
+        delimiter = b"--" + self.boundary.encode("ascii") + CRLF
+        self._heads = [delimiter + _headers(part) for part in self._parts]
+        self._closing = b"--" + self.boundary.encode("ascii") + b"--" + CRLF
+
+    @property
+    def content_type(self) -> str:
+        return f"multipart/form-data; boundary={self.boundary}"
+
+    @property
+    def content_length(self) -> int:
+        total = len(self._closing)
+        for head, part in zip(self._heads, self._parts, strict=True):
+            size = part.size if isinstance(part, FilePart) else len(part.value.encode())
+            total += len(head) + size + len(CRLF)
+        return total
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Content-Type": self.content_type, "Content-Length": str(self.content_length)}
+
+    def __iter__(self) -> Iterator[bytes]:
+        total, sent = self.content_length, 0
+        if self.on_progress is not None:
+            self.on_progress(0, total)
+        for chunk in self._chunks():
+            sent += len(chunk)
+            yield chunk
+            if self.on_progress is not None:
+                self.on_progress(sent, total)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        # Local reads of one chunk are short; the event loop waits on the socket anyway.
+        for chunk in self:
+            yield chunk
+
+    def _chunks(self) -> Iterator[bytes]:
+        for head, part in zip(self._heads, self._parts, strict=True):
+            if isinstance(part, FilePart):
+                yield head
+                yield from self._file_chunks(part)
+                yield CRLF
+            else:
+                yield head + part.value.encode() + CRLF
+        yield self._closing
+
+    def _file_chunks(self, part: FilePart) -> Iterator[bytes]:
+        remaining = part.size
+        try:
+            with part.path.open("rb") as handle:
+                while remaining > 0:
+                    chunk = handle.read(min(self.chunk_size, remaining))
+                    if not chunk:
+                        break
+                    remaining -= len(chunk)
+                    yield chunk
+                grew = bool(handle.read(1))
+        except OSError as exc:
+            raise InvalidSource(f"cannot read {part.path}: {exc.strerror or exc}",
+                                code="file_unreadable") from exc
+        # The length was promised in Content-Length: a file that changed under us would
+        # send a body that is corrupt or cut short, so stop rather than send it.
+        if remaining or grew:
+            raise InvalidSource(f"{part.path} changed while it was being uploaded",
+                                code="file_changed")

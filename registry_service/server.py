@@ -1,0 +1,115 @@
+"""Run the registry as a server: uvicorn on its settings, a failed start-up told plainly.
+
+This module imports the whole registry (FastAPI, SQLAlchemy, boto3, ...), which takes
+seconds; ``loraplane_cli.registry`` imports it only when ``registry serve`` or
+``registry migrate`` runs, so the client commands stay quick.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+from sqlalchemy.engine import make_url
+
+from loraplane.netutil import mask_url
+from registry_service.app import create_app
+from registry_service.errors import RegistryError
+from registry_service.settings import RegistrySettings
+
+
+class StartupFailed(RegistryError):
+    """The server stopped during start-up; the message holds the reason uvicorn logged."""
+
+    code = "startup_failed"
+
+
+def safe_database_url(settings: RegistrySettings) -> str:
+    return make_url(settings.effective_database_url).render_as_string(hide_password=True)
+
+
+def _admin_token_note(settings: RegistrySettings) -> str:
+    if settings.admin_token is not None:
+        return "from LORAPLANE_ADMIN_TOKEN"
+    if settings.database_url is None:
+        return str(settings.admin_token_file)
+    return "none (set LORAPLANE_ADMIN_TOKEN to create an admin token at start-up)"
+
+
+def describe_setup(settings: RegistrySettings) -> dict[str, str]:
+    """Where everything is: printed at start so an operator can find the pieces."""
+    events = (
+        f"embedded NATS on 127.0.0.1:{settings.embedded_nats_port} "
+        f"(store {settings.data_dir / 'nats'})"
+        if settings.uses_embedded_nats
+        else mask_url(str(settings.nats_url))
+    )
+    blobs = (
+        f"local {settings.blob_dir}"
+        if settings.blob_kind == "local"
+        else f"s3 bucket {settings.s3_bucket} at {settings.s3_endpoint or 'AWS'}"
+    )
+    return {
+        "url": f"http://{settings.host}:{settings.port}",
+        "database": safe_database_url(settings),
+        "blobs": blobs,
+        "events": events,
+        "data_dir": str(settings.data_dir),
+        "admin_token_file": _admin_token_note(settings),
+    }
+
+
+class StartupFailure(logging.Filter):
+    """Keep the last error uvicorn logs, with a start-up traceback cut to its last line.
+
+    A failed start-up is almost always configuration (database not migrated, a port
+    in use, S3 unreachable): the operator needs the reason, not the stack.
+    """
+
+    _GENERIC = "Application startup failed. Exiting."
+
+    def __init__(self, condense: bool) -> None:
+        super().__init__()
+        self.condense = condense
+        self.reason: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        message = record.getMessage()
+        if message.startswith("Traceback (most recent call last)"):
+            lines = [line for line in message.splitlines() if line.strip()]
+            self.reason = lines[-1] if lines else message
+            if self.condense:
+                record.msg, record.args = self.reason, None
+        elif message != self._GENERIC:
+            self.reason = message
+        return True
+
+
+def run_server(settings: RegistrySettings) -> None:
+    """Serve until SIGINT/SIGTERM; a failed start-up raises ``StartupFailed``."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        lifespan="on",
+    )
+    failure = StartupFailure(condense=settings.log_level != "debug")
+    logging.getLogger("uvicorn.error").addFilter(failure)
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # uvicorn re-raises the Ctrl-C it handled once it has shut down: a normal stop.
+        return
+    except SystemExit:
+        # uvicorn exits the process itself when start-up fails; say why, once, instead.
+        if server.started:
+            raise
+    if not server.started:
+        raise StartupFailed(f"the registry did not start: {failure.reason or 'see the log above'}")

@@ -1,0 +1,93 @@
+"""A version vLLM lost (restart, unload by hand) while the cache believed it loaded:
+the request loads it again and retries once, and only queues the full comparison with
+vLLM for the control loop. The proxy's real parts, with a narrow fake vLLM behind an
+httpx transport (tests/agent/serving/test_proxy.py covers the same against real vLLM)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import httpx
+import pytest
+
+from inference_agent.metrics import AgentMetrics
+from inference_agent.node.cache import AdapterCache
+from inference_agent.node.materialize import Materializer
+from inference_agent.node.vllm_client import VllmClient
+from inference_agent.serving.leases import Leases
+from inference_agent.serving.proxy import create_proxy_app
+from inference_agent.serving.routes import RouteTable
+from tests.agent.adapter_refs import FakeVllm, LocalFetch, adapter_ref
+
+BASE = "tiny-llama"
+
+
+@dataclass
+class Rig:
+    client: httpx.AsyncClient
+    vllm: FakeVllm
+    cache: AdapterCache
+    routes: RouteTable
+    resyncs: list[str]
+
+
+def completions(vllm: FakeVllm) -> httpx.MockTransport:
+    """vLLM's /v1/completions: 404 for a name it has not loaded, as vLLM answers."""
+    def handle(request: httpx.Request) -> httpx.Response:
+        model = json.loads(request.content)["model"]
+        if model != BASE and model not in vllm.names:
+            return httpx.Response(404, json={"error": {
+                "message": f"The model `{model}` does not exist.", "code": 404}})
+        return httpx.Response(200, json={"model": model, "choices": [{"text": "hi"}]})
+    return httpx.MockTransport(handle)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    vllm, metrics, leases, routes = FakeVllm(), AgentMetrics(), Leases(), RouteTable(BASE)
+    materializer = Materializer(tmp_path / "cache", max_bytes=10**9, fetch=LocalFetch(),
+                                base_shapes=None, max_rank=16, metrics=metrics)
+    cache = AdapterCache(cast(VllmClient, vllm), materializer, leases, capacity=4,
+                         metrics=metrics, load_wait_timeout_s=1, is_routed=routes.is_routed)
+    resyncs: list[str] = []
+    upstream = httpx.AsyncClient(transport=completions(vllm), base_url="http://vllm")
+    app = create_proxy_app(routes=routes, cache=cache, leases=leases, metrics=metrics,
+                           vllm_url="http://vllm", base_model=BASE, registry=None,
+                           request_resync=lambda: resyncs.append("vllm"), http=upstream)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://agent") as client:
+        yield Rig(client, vllm, cache, routes, resyncs)
+    await upstream.aclose()
+
+
+async def test_a_lost_version_is_loaded_again_and_the_resync_is_queued(
+        rig: Rig, tmp_path: Path) -> None:
+    for adapter in ("bot", "other"):
+        rig.routes.set_alias(adapter, "live", 1, adapter_ref(tmp_path, adapter, 1))
+        response = await rig.client.post("/v1/completions", json={"model": adapter})
+        assert response.status_code == 200, response.text
+    # vLLM restarted: it lost both versions, and the cache still believes them loaded.
+    rig.vllm.names.clear()
+    response = await rig.client.post("/v1/completions", json={"model": "bot"})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-loraplane-adapter"] == "bot@1"
+    assert rig.vllm.load_calls == ["bot@1", "other@1", "bot@1"]
+    # The request did only its own version's work; the rest is queued for the loop.
+    assert rig.resyncs == ["vllm"]
+    assert rig.cache.is_active("other@1"), "the full resync is not the request's work"
+    assert rig.cache.loaded_names() == ["other@1", "bot@1"]
+
+
+async def test_a_version_that_cannot_load_again_is_refused(rig: Rig, tmp_path: Path) -> None:
+    rig.routes.set_alias("bot", "live", 1, adapter_ref(tmp_path, "bot", 1))
+    assert (await rig.client.post("/v1/completions", json={"model": "bot"})).is_success
+    rig.vllm.names.clear()
+    rig.vllm.refuse.add("bot@1")
+    response = await rig.client.post("/v1/completions", json={"model": "bot"})
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "vllm_refused"
+    assert rig.resyncs == ["vllm"] and not rig.cache.is_active("bot@1")

@@ -1,0 +1,122 @@
+"""RouteTable: every resolution rule, and revision ordering of alias moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference_agent.errors import NotServable
+from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
+from loraplane.events import RouteKind, RouteRule, VersionRef
+
+BASE = "tiny-llama"
+
+
+def ref(adapter: str, version: int) -> VersionRef:
+    return VersionRef(adapter=adapter, version=version, digest=f"{version:064x}",
+                      base_model=BASE, rank=8, alpha=16, target_modules=["q_proj"], files=[])
+
+
+def rule(kind: RouteKind, key: str, adapter: str, alias: str = "live",
+         base_model: str = BASE) -> RouteRule:
+    return RouteRule(kind=kind, key=key, adapter=adapter, alias=alias, tenant="acme",
+                     base_model=base_model)
+
+
+@pytest.fixture
+def table() -> RouteTable:
+    routes = RouteTable(BASE)
+    assert routes.set_alias("bot", "live", 1, ref("bot", 3))
+    assert routes.set_alias("bot", "canary", 1, ref("bot", 4))
+    assert routes.set_alias("sum", "live", 1, ref("sum", 1))
+    return routes
+
+
+def name_of(result: Target | UnresolvedVersion) -> str:
+    return result.model_name
+
+
+def test_model_forms(table: RouteTable) -> None:
+    assert name_of(table.resolve("bot", {})) == "bot@3"
+    assert name_of(table.resolve("bot@live", {})) == "bot@3"
+    assert name_of(table.resolve("bot@canary", {})) == "bot@4"
+    target = table.resolve("bot@4", {})
+    assert isinstance(target, Target) and target.ref == ref("bot", 4)
+    assert table.resolve("bot@9", {}) == UnresolvedVersion("bot", 9)
+    assert table.target_for(ref("bot", 9)).model_name == "bot@9"
+
+
+@pytest.mark.parametrize("model", [None, "", BASE])
+def test_base_model_without_rules(table: RouteTable, model: str | None) -> None:
+    target = table.resolve(model, {})
+    assert isinstance(target, Target) and target.is_base
+    assert target.model_name == BASE and target.ref is None
+
+
+@pytest.mark.parametrize("model", ["nope", "nope@live", "nope@3", "bot@nope", "Bad!", "bot@"])
+def test_unknown_adapter_alias_or_garbage_is_not_servable(table: RouteTable,
+                                                          model: str) -> None:
+    with pytest.raises(NotServable):
+        table.resolve(model, {})
+
+
+def test_rules_customer_then_task_then_default_then_base(table: RouteTable) -> None:
+    table.set_rules([rule("customer", "c1", "bot", "canary"), rule("task", "summarize", "sum"),
+                     rule("default", "default", "bot")])
+    both = {"X-Customer-Id": "c1", "X-Task-Type": "summarize"}
+    assert name_of(table.resolve(None, both)) == "bot@4"
+    assert name_of(table.resolve(None, {"x-task-type": "summarize"})) == "sum@1"
+    assert name_of(table.resolve(BASE, {"X-Customer-Id": "other"})) == "bot@3"
+    # An explicit adapter wins over every header rule.
+    assert name_of(table.resolve("sum", {"X-Customer-Id": "c1"})) == "sum@1"
+    table.set_rules([rule("customer", "c1", "bot", "canary")])
+    target = table.resolve(None, {"X-Customer-Id": "c2"})
+    assert isinstance(target, Target) and target.is_base
+
+
+def test_rules_for_another_base_model_are_ignored(table: RouteTable) -> None:
+    table.set_rules([rule("default", "default", "bot", base_model="other-model")])
+    assert name_of(table.resolve(None, {})) == BASE
+    table.set_rules([rule("default", "default", "sum")])
+    assert name_of(table.resolve(None, {})) == "sum@1"
+    table.set_rules([rule("default", "default", "sum", base_model="other-model")])
+    assert name_of(table.resolve(None, {})) == BASE, "replaced by another model's rule"
+
+
+def test_a_rule_naming_an_alias_not_served_is_not_servable(table: RouteTable) -> None:
+    table.set_rules([rule("task", "t", "bot", "beta")])
+    with pytest.raises(NotServable, match="bot@beta"):
+        table.resolve(None, {"X-Task-Type": "t"})
+
+
+def test_moves_apply_only_with_a_newer_revision(table: RouteTable) -> None:
+    assert not table.set_alias("bot", "live", 1, ref("bot", 9))  # duplicate revision
+    assert table.set_alias("bot", "live", 5, ref("bot", 5))
+    assert not table.set_alias("bot", "live", 4, ref("bot", 4))  # late, older event
+    assert table.alias("bot", "live") == (5, ref("bot", 5))
+    assert name_of(table.resolve("bot", {})) == "bot@5"
+
+
+def test_removal_is_a_tombstone_and_drop_adapter_forgets(table: RouteTable) -> None:
+    assert table.set_alias("bot", "canary", 2, None)
+    assert table.alias("bot", "canary") == (2, None)
+    assert not table.set_alias("bot", "canary", 1, ref("bot", 4))  # cannot resurrect
+    assert set(table.aliases("bot")) == {"live"}
+    with pytest.raises(NotServable):
+        table.resolve("bot@canary", {})
+    table.drop_adapter("bot")
+    assert table.adapters() == {"sum"}
+    with pytest.raises(NotServable):
+        table.resolve("bot", {})
+    assert table.set_alias("bot", "live", 1, ref("bot", 1))  # a re-created adapter
+
+
+def test_routed_names_follow_every_alias(table: RouteTable) -> None:
+    assert table.routed_names() == {"bot@3", "bot@4", "sum@1"}
+    table.set_alias("bot", "canary", 2, ref("bot", 3))  # both aliases on bot@3
+    assert table.routed_names() == {"bot@3", "sum@1"}
+    table.set_alias("bot", "live", 2, ref("bot", 5))
+    assert table.is_routed("bot@3") and table.is_routed("bot@5")
+    table.set_alias("bot", "canary", 3, None)
+    assert not table.is_routed("bot@3")
+    table.drop_adapter("sum")
+    assert table.routed_names() == {"bot@5"}

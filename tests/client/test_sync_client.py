@@ -1,0 +1,82 @@
+"""RegistryClient (blocking) against a real registry over HTTP.
+
+The registry runs in this test's event loop, so each blocking scenario runs in a worker
+thread. The calls are the ones AsyncRegistryClient makes (one definition in ``_calls``);
+these tests check the blocking shell sends, streams and parses them the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from devharness.http_registry import Served
+from loraplane.client import Conflict, NotFound, RegistryClient
+from loraplane.events import AgentStatus
+
+
+def publish_promote_history(url: str, token: str, first: Path, second: Path) -> None:
+    with RegistryClient(url, token) as registry:
+        registry.create_adapter("bot", "tiny-llama", tenant="acme")
+        assert registry.push("bot", first).version == 1
+        assert registry.push("bot", second, aliases=["canary"], notes="v2").version == 2
+        assert registry.move_alias("bot", "live", 2).revision == 2
+        with pytest.raises(Conflict):
+            registry.move_alias("bot", "live", 1, expected_revision=1)
+        assert registry.rollback("bot").version == 1
+        assert [m.action for m in registry.alias_history("bot").moves] == [
+            "rollback", "promote", "publish"]
+        assert registry.delete_alias("bot", "canary").version is None
+        assert [v.version for v in registry.list_versions("bot", limit=1)] == [2]
+        assert registry.versions_page("bot").next_cursor is None
+        assert registry.get_version("bot", 2).notes == "v2"
+        assert registry.get_adapter("bot").latest_version == 2
+        assert [a.name for a in registry.list_adapters(page_size=1)] == ["bot"]
+        assert registry.adapters_page(tenant="acme").adapters[0].name == "bot"
+
+
+def download_first_file(url: str, token: str, dest: Path) -> str:
+    with RegistryClient(url, token) as registry:
+        ref = registry.get_version("bot", 1).files[0]
+        registry.download(ref.url, dest, size=ref.size, sha256=ref.sha256)
+        return ref.sha256
+
+
+def routes_tokens_events_fleet(url: str, token: str) -> None:
+    with RegistryClient(url, token) as registry:
+        registry.put_route("task", "summarize", "bot", alias="live")
+        assert [r.key for r in registry.list_routes().routes] == ["summarize"]
+        registry.delete_route("task", "summarize")
+        created = registry.create_token("reader", "reader", tenant="acme")
+        assert created.id in [t.id for t in registry.list_tokens().tokens]
+        registry.revoke_token(created.id)
+        assert registry.list_tokens(include_revoked=True).tokens[-1].revoked_at
+        events = registry.read_events(limit=3)
+        assert len(events.events) == 3 and registry.events_page(after=events.next_after)
+        follow = registry.follow_events(after=0, interval_s=0.05)
+        assert next(follow) == events.events[0]
+        status = AgentStatus(agent_id="gpu-2", base_model="tiny-llama",
+                             time=datetime.now(UTC), served=[])
+        assert registry.report_status(status).agent_id == "gpu-2"
+        assert [a.agent_id for a in registry.list_agents().agents] == ["gpu-2"]
+        assert registry.rollout("bot").adapter == "bot"
+        assert [a.name for a in registry.desired("tiny-llama").adapters] == ["bot"]
+        registry.delete_adapter("bot")
+        with pytest.raises(NotFound):
+            registry.get_adapter("bot")
+
+
+async def test_every_call_through_the_blocking_client(served: Served, adapter_dir: Path,
+                                                      adapter_dir_2: Path,
+                                                      tmp_path: Path) -> None:
+    await asyncio.to_thread(publish_promote_history, served.url, served.admin_token,
+                            adapter_dir, adapter_dir_2)
+    dest = tmp_path / "downloaded"
+    sha256 = await asyncio.to_thread(download_first_file, served.url, served.admin_token,
+                                     dest)
+    assert hashlib.sha256(dest.read_bytes()).hexdigest() == sha256
+    await asyncio.to_thread(routes_tokens_events_fleet, served.url, served.admin_token)
