@@ -194,6 +194,10 @@ class SeaweedS3:
             "-s3.port.lance=0",
             "-webdav=false",
             "-admin.ui=false",
+            # Every bucket is a collection that grows volumes of its own, and the
+            # automatic limit ran out after about 77 buckets (tests make one each).
+            # Volumes are sparse files, so a high limit costs no disk.
+            "-volume.max=5000",
             "-master.telemetry=false",
             # The default one-second pre-stop pause only slows outage simulations down.
             "-volume.preStopSeconds=0",
