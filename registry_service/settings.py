@@ -63,6 +63,12 @@ class RegistrySettings(BaseSettings):
     relay_publish_timeout_s: float = Field(default=5.0, gt=0)
     # A relay's lease on the outbox rows it is publishing; one that dies loses it then.
     relay_claim_lease_s: float = Field(default=60.0, gt=0)
+    # Unreferenced blobs are collected at start-up and then every blob_gc_interval_s;
+    # one is only taken once the store wrote it blob_gc_grace_s ago.
+    blob_gc_interval_s: float = Field(default=3600.0, gt=0)
+    blob_gc_grace_s: float = Field(default=3600.0, ge=0)
+    # How long an upload may take from storing its blobs to its commit.
+    blob_upload_lease_s: float = Field(default=3600.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("database_url")
