@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry_service.db.base import utcnow
@@ -129,8 +130,8 @@ class EventRelay:
     async def stop(self, grace_s: float = 5.0) -> None:
         """Take no new batch, let the one in flight finish within ``grace_s``, then cancel.
 
-        A cancelled batch rolls back; its rows are published again later and JetStream
-        drops the duplicates.
+        A cancelled batch's rows are handed back at once (not left to their lease), so the
+        next relay publishes them without delay; JetStream drops the duplicates.
         """
         self._stopping.set()
         self._wake.set()
@@ -147,6 +148,8 @@ class EventRelay:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     raise
+            if pending:
+                await self._release_claims()
         if self._bus is not None:
             await self._bus.close()
             self._bus = None
@@ -263,6 +266,18 @@ class EventRelay:
             pending = await self._count_pending(session)
             await session.commit()
         return pending
+
+    async def _release_claims(self) -> None:
+        try:
+            async with self._db.session() as session:
+                await session.execute(
+                    update(EventRow)
+                    .where(EventRow.claimed_by == self.identity, EventRow.published_at.is_(None))
+                    .values(claimed_by=None, claimed_until=None))
+                await session.commit()
+        except (RegistryError, SQLAlchemyError) as exc:
+            # The lease runs out on its own; the rows are only late.
+            log.warning("could not hand back the relay's claimed rows: %s", exc)
 
     async def _count_pending(self, session: AsyncSession) -> int:
         query = select(func.count()).select_from(EventRow).where(EventRow.published_at.is_(None))

@@ -134,3 +134,25 @@ async def free_published(db: Database, seq: int) -> bool:
     async with db.session() as session:
         row = await session.scalar(select(EventRow).where(EventRow.seq == seq))
         return row is not None and row.published_at is not None
+
+
+async def test_a_relay_stopped_while_stuck_hands_its_rows_back(
+    db: Database, nats: NatsService, stalling_proxy: PausableTcpProxy, relays: RelayFactory,
+    js: JetStreamContext,
+) -> None:
+    stuck = await relays(db, nats_url(stalling_proxy), relay_poll_interval_s=0.05,
+                         relay_publish_timeout_s=600.0, relay_claim_lease_s=1800.0)
+    await eventually(lambda: stuck.connected, what="relay connected through the proxy")
+    with stalling_proxy.holding():
+        [row] = await record(db, 1, adapter=STALLED)
+        await eventually(lambda: stalling_proxy.held_connections >= 1, what="publish sent")
+        await stuck.stop(grace_s=0.01)
+        [claimed] = await all_rows(db)
+        assert claimed.published_at is None
+        assert (claimed.claimed_by, claimed.claimed_until) == (None, None)
+
+    # Not a lease's length later: the next relay publishes the row now, and the copy the
+    # stuck relay had sent is dropped by the stream.
+    await relays(db, nats.url, relay_poll_interval_s=0.05)
+    await eventually(lambda: all_published(db), what="the row published by the next relay")
+    assert await event_ids(js) == [row.event_id]
