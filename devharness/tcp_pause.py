@@ -30,11 +30,15 @@ FIRST_EVENT = b"data: "
 
 
 class PausableTcpProxy:
-    def __init__(self, target_url: str, marker: bytes = HOLD_MARKER.encode()) -> None:
+    def __init__(self, target_url: str, marker: bytes = HOLD_MARKER.encode(),
+                 first_event: bytes = FIRST_EVENT) -> None:
         target = urlsplit(target_url)
         assert target.hostname is not None and target.port is not None, target_url
         self.target = (target.hostname, target.port)
         self.marker = marker
+        # What must have come back before a marked answer is held; b"" holds every
+        # answer after the marked request (a stalled NATS: no ack, no PONG).
+        self.first_event = first_event
         self.held_connections = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
@@ -136,10 +140,12 @@ class PausableTcpProxy:
                        marked: asyncio.Event) -> None:
         answered = False
         while data := await source.read(CHUNK):
+            if marked.is_set() and not self.first_event:
+                await self._gate.wait()
             sink.write(data)
             await sink.drain()
             if marked.is_set():
-                answered = answered or FIRST_EVENT in data
+                answered = answered or self.first_event in data
                 if answered:
                     await self._gate.wait()
         sink.close()

@@ -17,6 +17,8 @@ from registry_service.api.errors import install_error_handlers
 from registry_service.api.health import router as health_router
 from registry_service.api.metrics import metrics_middleware
 from registry_service.auth.routes import router as tokens_router
+from registry_service.blobs.gc import BlobCollector
+from registry_service.blobs.routes import router as blobs_router
 from registry_service.bootstrap import (
     build_blobs,
     prepare_data_dir,
@@ -46,6 +48,9 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         stack.push_async_callback(db.close)
         blobs = build_blobs(settings)
         stack.push_async_callback(blobs.close)
+        collector = BlobCollector(db, blobs, settings)
+        await collector.start()
+        stack.push_async_callback(collector.stop)
         metrics: RegistryMetrics = app.state.metrics
         nats_url = nats.url if nats is not None else str(settings.nats_url)
         relay = EventRelay(db, nats_url, settings=settings, metrics=metrics)
@@ -73,6 +78,6 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     install_error_handlers(app)
     for router in (health_router, adapters_router, versions_router, aliases_router,
                    routing_router, events_router, desired_router, agents_router,
-                   tokens_router):
+                   tokens_router, blobs_router):
         app.include_router(router)
     return app

@@ -59,6 +59,16 @@ class RegistrySettings(BaseSettings):
     presign_expires_s: int = Field(default=300, gt=0, le=7 * 24 * 3600)
     relay_poll_interval_s: float = Field(default=1.0, gt=0)
     relay_batch_size: int = Field(default=100, gt=0)
+    # How long one publish waits for JetStream's ack.
+    relay_publish_timeout_s: float = Field(default=5.0, gt=0)
+    # A relay's lease on the outbox rows it is publishing; one that dies loses it then.
+    relay_claim_lease_s: float = Field(default=60.0, gt=0)
+    # Unreferenced blobs are collected at start-up and then every blob_gc_interval_s;
+    # one is only taken once the store wrote it blob_gc_grace_s ago.
+    blob_gc_interval_s: float = Field(default=3600.0, gt=0)
+    blob_gc_grace_s: float = Field(default=3600.0, ge=0)
+    # How long an upload may take from storing its blobs to its commit.
+    blob_upload_lease_s: float = Field(default=3600.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("database_url")
@@ -83,6 +93,9 @@ class RegistrySettings(BaseSettings):
         for endpoint in ("s3_endpoint", "s3_public_endpoint"):
             if getattr(self, endpoint) and not self.s3_bucket:
                 raise ValueError(f"{endpoint} is set but s3_bucket is not")
+        if self.relay_claim_lease_s < 2 * self.relay_publish_timeout_s:
+            raise ValueError("relay_claim_lease_s must be at least twice "
+                             "relay_publish_timeout_s")
         if self.max_file_bytes > self.max_upload_bytes:
             raise ValueError("max_file_bytes must not exceed max_upload_bytes")
         return self

@@ -89,13 +89,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 async def _registry(request: pytest.FixtureRequest, backend: str, tmp_path: Path,
-                    nats: NatsService) -> AsyncIterator[RegistryHarness]:
+                    nats: NatsService, **overrides: Any) -> AsyncIterator[RegistryHarness]:
     pg = s3 = None
     if backend == "postgres_s3":
         pg = request.getfixturevalue("postgres")
         s3 = request.getfixturevalue("seaweed")
         await reset_postgres(pg)
     settings = registry_settings(backend, tmp_path / "data", nats.url, pg, s3)
+    if overrides:
+        settings = settings.model_validate({**settings.model_dump(), **overrides})
     async with running_registry(settings, backend, nats, s3) as harness:
         yield harness
 
@@ -105,6 +107,14 @@ async def registry(request: pytest.FixtureRequest, backend: str, tmp_path: Path,
                    nats: NatsService) -> AsyncIterator[RegistryHarness]:
     """A registry on each backend (embedded; Postgres + S3), with a fresh NATS."""
     async for harness in _registry(request, backend, tmp_path, nats):
+        yield harness
+
+
+@pytest.fixture
+async def gc_registry(request: pytest.FixtureRequest, backend: str, tmp_path: Path,
+                      nats: NatsService) -> AsyncIterator[RegistryHarness]:
+    """A registry on each backend whose collector takes an orphan blob at once."""
+    async for harness in _registry(request, backend, tmp_path, nats, blob_gc_grace_s=0.0):
         yield harness
 
 

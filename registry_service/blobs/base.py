@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
@@ -44,6 +46,19 @@ def blob_key(sha256: str) -> str:
     """
     validate_sha256(sha256)
     return f"sha256/{sha256[0:2]}/{sha256[2:4]}/{sha256}"
+
+
+def sha256_of_key(key: str) -> str | None:
+    """The digest a store key or file name ends with, or None for anything else."""
+    name = key.rsplit("/", 1)[-1]
+    return name if _SHA256_RE.fullmatch(name) else None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBlob:
+    sha256: str
+    # When the store last wrote it (file mtime, S3 LastModified), in UTC.
+    modified: datetime
 
 
 def content_disposition(filename: str) -> str:
@@ -156,6 +171,10 @@ class BlobStore(Protocol):
 
     async def delete(self, sha256: str) -> None:
         """Remove the blob; deleting an absent blob is a no-op."""
+        ...
+
+    def list_blobs(self) -> AsyncIterator[StoredBlob]:
+        """Every complete blob in the store, in no particular order (a page at a time)."""
         ...
 
     async def check(self) -> None:

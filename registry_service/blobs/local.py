@@ -11,12 +11,16 @@ import asyncio
 import errno
 import os
 import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from registry_service.blobs.base import (
     DEFAULT_CHUNK_SIZE,
     BlobStream,
+    StoredBlob,
     blob_key,
+    sha256_of_key,
 )
 from registry_service.errors import BlobNotFound, BlobStoreUnavailable
 
@@ -143,6 +147,28 @@ class LocalBlobStore:
             await asyncio.to_thread(path.unlink, missing_ok=True)
         except OSError as exc:
             raise _unavailable(exc, "delete a blob", sha256) from exc
+
+    async def list_blobs(self) -> AsyncIterator[StoredBlob]:
+        for shard in await asyncio.to_thread(self._shards):
+            for blob in await asyncio.to_thread(self._list_shard, shard):
+                yield blob
+
+    def _shards(self) -> list[Path]:
+        return sorted(self.root.glob("sha256/*/*")) if self.root.is_dir() else []
+
+    @staticmethod
+    def _list_shard(shard: Path) -> list[StoredBlob]:
+        found = []
+        for path in shard.iterdir():
+            # Temporary files start with a dot and never match a bare digest.
+            sha = sha256_of_key(path.name)
+            try:
+                if sha is not None and path.is_file():
+                    mtime = path.stat().st_mtime
+                    found.append(StoredBlob(sha, datetime.fromtimestamp(mtime, UTC)))
+            except FileNotFoundError:
+                continue
+        return found
 
     async def check(self) -> None:
         await asyncio.to_thread(self._check_sync)

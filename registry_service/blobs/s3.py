@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -24,8 +24,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from registry_service.blobs.base import (
     DEFAULT_CHUNK_SIZE,
     BlobStream,
+    StoredBlob,
     blob_key,
     content_disposition,
+    sha256_of_key,
 )
 from registry_service.errors import BlobNotFound, BlobStoreUnavailable, RegistryError
 
@@ -266,6 +268,22 @@ class S3BlobStore:
         await self._run(
             "delete a blob", sha256, self._client.delete_object, Bucket=self.bucket, Key=key
         )
+
+    async def list_blobs(self) -> AsyncIterator[StoredBlob]:
+        await self._ensure_bucket()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": "sha256/"}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = await self._run("list blobs", None, self._client.list_objects_v2, **kwargs)
+            for item in page.get("Contents", []):
+                sha = sha256_of_key(item.get("Key", ""))
+                if sha is not None and "LastModified" in item:
+                    yield StoredBlob(sha, item["LastModified"])
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
 
     async def check(self) -> None:
         # Always a round trip, even once the bucket is known: readiness must notice an

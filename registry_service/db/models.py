@@ -4,6 +4,7 @@ from registry_service.adapters.models import Adapter
 from registry_service.agents.models import AgentRow
 from registry_service.aliases.models import Alias, AliasMove
 from registry_service.auth.models import ApiToken
+from registry_service.blobs.models import BlobLease
 from registry_service.db.base import Base
 from registry_service.events.models import EventRow
 from registry_service.routing.models import RouteRuleRow
@@ -17,6 +18,7 @@ __all__ = [
     "AliasMove",
     "ApiToken",
     "Base",
+    "BlobLease",
     "EventRow",
     "RouteRuleRow",
     "Tenant",

@@ -13,7 +13,9 @@ class EventRow(Base):
     """The transactional outbox and the audit log in one table.
 
     ``seq`` is the global order. The relay publishes rows with ``published_at`` NULL
-    and records the JetStream sequence it got back.
+    and records the JetStream sequence it got back. ``claimed_by`` and ``claimed_until``
+    are a relay's lease on an unpublished row: it publishes outside any transaction, and
+    a lease that runs out (a relay that died) lets another relay publish the row.
     """
 
     __tablename__ = "events"
@@ -32,3 +34,5 @@ class EventRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     published_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     stream_seq: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    claimed_by: Mapped[str | None] = mapped_column(String(64), default=None)
+    claimed_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)

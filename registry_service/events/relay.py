@@ -2,9 +2,20 @@
 
 Rows are written by the use cases inside their own transactions (``record_event``),
 so a rolled-back transaction leaves nothing to publish and a committed one leaves a
-row that stays ``published_at IS NULL`` until JetStream has acked it. If the relay
-dies between the ack and its commit, the row is published again with the same
-``Nats-Msg-Id`` and the stream's duplicate window drops the copy.
+row that stays ``published_at IS NULL`` until JetStream has acked it.
+
+No transaction is open while the relay waits on NATS: on SQLite an open write
+transaction is the database's only write lock, and a stalled NATS would stall every
+writer behind it. A pass is three steps: claim a batch (a short transaction sets the
+rows' ``claimed_by``/``claimed_until`` lease and commits), publish it with no
+transaction open, then record what was acked (another short transaction). A relay
+that dies holding a claim loses it when the lease runs out, and another relay (or the
+restarted one) publishes the rows again; the same ``Nats-Msg-Id`` lets the stream's
+duplicate window drop the copy.
+
+Order: one relay publishes its batch in ``seq`` order and stops at the first failure,
+so no row of a batch goes out before an earlier row of that batch. As before, replicas
+on Postgres publish disjoint batches side by side (agents treat events as hints).
 """
 
 from __future__ import annotations
@@ -12,11 +23,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
+import socket
+import time
+import uuid
 from collections.abc import Sequence
 from contextlib import suppress
+from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry_service.db.base import utcnow
@@ -33,6 +51,17 @@ log = logging.getLogger(__name__)
 
 def encode_event(row: EventRow) -> bytes:
     return json.dumps(event_json(row), separators=(",", ":")).encode()
+
+
+def relay_identity() -> str:
+    """Names this relay in ``claimed_by``: host and pid for an operator, plus a nonce."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    seq: int
+    stream_seq: int
 
 
 class EventRelay:
@@ -59,6 +88,7 @@ class EventRelay:
         self._stopping = asyncio.Event()
         self._failures = 0
         self._passes = 0
+        self.identity = relay_identity()
 
     @property
     def connected(self) -> bool:
@@ -100,8 +130,8 @@ class EventRelay:
     async def stop(self, grace_s: float = 5.0) -> None:
         """Take no new batch, let the one in flight finish within ``grace_s``, then cancel.
 
-        A cancelled batch rolls back; its rows are published again later and JetStream
-        drops the duplicates.
+        A cancelled batch's rows are handed back at once (not left to their lease), so the
+        next relay publishes them without delay; JetStream drops the duplicates.
         """
         self._stopping.set()
         self._wake.set()
@@ -118,6 +148,8 @@ class EventRelay:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     raise
+            if pending:
+                await self._release_claims()
         if self._bus is not None:
             await self._bus.close()
             self._bus = None
@@ -147,13 +179,14 @@ class EventRelay:
     async def _pass(self) -> bool:
         """Publish one batch; True when a full batch went out (more may be waiting)."""
         bus = await self._ready_bus()
-        async with self._db.session() as session:
-            rows = await self._claim(session)
-            published, failure = await self._publish_rows(bus, rows)
-            pending = await self._count_pending(session)
-            # Partial progress is kept: rows acked before a failure stay published.
-            await session.commit()
-        self._metrics.events_published.inc(published)
+        started = time.monotonic()
+        rows = await self._claim()
+        # Stop taking rows while enough of the lease is left for one more publish:
+        # past the lease, another relay may be publishing the same rows.
+        deadline = started + self._settings.relay_claim_lease_s - bus.request_timeout_s
+        acked, failure = await self._publish_rows(bus, rows, deadline)
+        pending = await self._record(acked, rows)
+        self._metrics.events_published.inc(len(acked))
         self._metrics.outbox_pending.set(pending)
         if failure is not None:
             raise failure
@@ -163,7 +196,7 @@ class EventRelay:
         if self._bus is not None and self._bus.is_closed:
             self._bus = None
         if self._bus is None:
-            bus = EventBus(self._url)
+            bus = EventBus(self._url, request_timeout_s=self._settings.relay_publish_timeout_s)
             await bus.connect()
             self._bus, self._stream_ready = bus, False
         if not self._stream_ready:
@@ -171,34 +204,80 @@ class EventRelay:
             self._stream_ready = True
         return self._bus
 
-    async def _claim(self, session: AsyncSession) -> Sequence[EventRow]:
+    async def _claim(self) -> Sequence[EventRow]:
+        """Lease the next batch to this relay in one short transaction."""
+        now = utcnow()
+        claimable = or_(
+            EventRow.claimed_until.is_(None),
+            EventRow.claimed_until <= now,
+            # Our own claims: a pass that failed before releasing them.
+            EventRow.claimed_by == self.identity,
+        )
         query = (
             select(EventRow)
-            .where(EventRow.published_at.is_(None))
+            .where(EventRow.published_at.is_(None), claimable)
             .order_by(EventRow.seq)
             .limit(self._settings.relay_batch_size)
         )
         if self._db.is_postgres:
-            # Rows another replica holds are skipped, not waited for: each row is
-            # published by exactly one relay. SQLite needs nothing: every transaction
-            # there starts with BEGIN IMMEDIATE, so relays take turns.
+            # Rows another replica is claiming right now are skipped, not waited for.
+            # SQLite needs nothing: every transaction there starts with BEGIN IMMEDIATE.
             query = query.with_for_update(skip_locked=True)
-        return list(await session.scalars(query))
+        until = now + timedelta(seconds=self._settings.relay_claim_lease_s)
+        async with self._db.session() as session:
+            rows = list(await session.scalars(query))
+            for row in rows:
+                row.claimed_by, row.claimed_until = self.identity, until
+            await session.commit()
+        return rows
 
     async def _publish_rows(
-        self, bus: EventBus, rows: Sequence[EventRow]
-    ) -> tuple[int, EventBusUnavailable | None]:
-        published = 0
+        self, bus: EventBus, rows: Sequence[EventRow], deadline: float,
+    ) -> tuple[list[Acked], EventBusUnavailable | None]:
+        acked: list[Acked] = []
         for row in rows:
+            if time.monotonic() > deadline:
+                break
             try:
-                row.stream_seq = await bus.publish(row.subject, encode_event(row), row.event_id)
+                stream_seq = await bus.publish(row.subject, encode_event(row), row.event_id)
             except EventBusUnavailable as exc:
                 # The stream may be gone (a fresh server); check it before the retry.
                 self._stream_ready = False
-                return published, exc
-            row.published_at = utcnow()
-            published += 1
-        return published, None
+                return acked, exc
+            acked.append(Acked(row.seq, stream_seq))
+        return acked, None
+
+    async def _record(self, acked: Sequence[Acked], rows: Sequence[EventRow]) -> int:
+        """Mark the acked rows published, hand back the rest of the claim; count pending."""
+        done = {a.seq for a in acked}
+        rest = [row.seq for row in rows if row.seq not in done]
+        now = utcnow()
+        async with self._db.session() as session:
+            if acked:
+                await session.execute(update(EventRow), [
+                    {"seq": a.seq, "stream_seq": a.stream_seq, "published_at": now,
+                     "claimed_by": None, "claimed_until": None} for a in acked])
+            if rest:
+                # Released now, so another replica need not wait for the lease to end.
+                await session.execute(
+                    update(EventRow)
+                    .where(EventRow.seq.in_(rest), EventRow.claimed_by == self.identity)
+                    .values(claimed_by=None, claimed_until=None))
+            pending = await self._count_pending(session)
+            await session.commit()
+        return pending
+
+    async def _release_claims(self) -> None:
+        try:
+            async with self._db.session() as session:
+                await session.execute(
+                    update(EventRow)
+                    .where(EventRow.claimed_by == self.identity, EventRow.published_at.is_(None))
+                    .values(claimed_by=None, claimed_until=None))
+                await session.commit()
+        except (RegistryError, SQLAlchemyError) as exc:
+            # The lease runs out on its own; the rows are only late.
+            log.warning("could not hand back the relay's claimed rows: %s", exc)
 
     async def _count_pending(self, session: AsyncSession) -> int:
         query = select(func.count()).select_from(EventRow).where(EventRow.published_at.is_(None))

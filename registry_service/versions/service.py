@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.api.bounds import INT32_MAX, parse_bounded
@@ -16,8 +19,9 @@ from registry_service.adapters.models import Adapter
 from registry_service.aliases.schemas import AliasState
 from registry_service.aliases.service import check_alias_name, lock_alias, move_alias_locked
 from registry_service.auth.roles import Principal, Role
+from registry_service.blobs import leases
 from registry_service.blobs.base import BlobStore, BlobStream
-from registry_service.errors import BadRequest, NotFound
+from registry_service.errors import BadRequest, NotFound, RegistryError, Unavailable
 from registry_service.events.service import envelope, record_event
 from registry_service.settings import RegistrySettings
 from registry_service.versions.lookup import get_version
@@ -31,6 +35,8 @@ from registry_service.versions.staging import (
     staging_area,
 )
 from registry_service.versions.upload import ReceivedFile, UploadBody, UploadLimits, receive_upload
+
+log = logging.getLogger(__name__)
 
 
 def parse_aliases(raw: str | None) -> list[str]:
@@ -53,12 +59,32 @@ def version_out(adapter: Adapter, version: Version) -> VersionOut:
 
 
 async def store_blobs(blobs: BlobStore, files: list[ReceivedFile]) -> None:
-    # A blob stored for an upload whose commit then fails stays as an orphan: it is
-    # content-addressed, so it is harmless, and deleting it could race with a concurrent
-    # upload of the same bytes that is about to reference it.
     # put_file is idempotent and skips content already stored (one existence check).
+    # The caller holds a lease on every digest, so the collector leaves them be.
     for item in files:
         await blobs.put_file(item.sha256, item.path, item.size)
+
+
+# The collector marks a blob for at most two minutes (blobs/gc.py: CLAIM_S).
+LEASE_WAIT_S = 150.0
+LEASE_RETRY_S = 0.2
+
+
+async def lease_blobs(session: AsyncSession, files: list[ReceivedFile],
+                      settings: RegistrySettings) -> None:
+    """Lease the upload's blobs in a short transaction of their own, before storing them.
+
+    A blob the collector is deleting right now is waited for, then stored again.
+    """
+    shas = [item.sha256 for item in files]
+    deadline = time.monotonic() + LEASE_WAIT_S
+    while busy := await leases.hold(session, shas, settings.blob_upload_lease_s):
+        await session.rollback()
+        if time.monotonic() > deadline:
+            raise Unavailable("a blob of this upload is being garbage-collected",
+                              code="blob_being_collected", detail={"sha256": busy[0]})
+        await asyncio.sleep(LEASE_RETRY_S)
+    await session.commit()
 
 
 async def publish_version(
@@ -80,17 +106,39 @@ async def publish_version(
             upload = await receive_upload(body, staging, limits)
             aliases = parse_aliases(upload.fields.get("aliases"))
             staged = await stage_version(upload, staging, settings, base_model)
-        await store_blobs(blobs, staged.files)
         notes = upload.fields.get("notes", "")
+        await lease_blobs(session, staged.files, settings)
         try:
-            result = await _add_version(session, principal, name, staged, aliases, notes)
-            await session.commit()
-        except IntegrityError:
-            # A concurrent identical upload won the race; ours is now a re-upload.
-            await session.rollback()
-            result = await _add_version(session, principal, name, staged, aliases, notes)
-            await session.commit()
-        return result
+            await store_blobs(blobs, staged.files)
+            return await _commit_version(session, principal, name, staged, aliases, notes)
+        finally:
+            await release_blobs(session, staged.files)
+
+
+async def _commit_version(
+    session: AsyncSession, principal: Principal, name: str, staged: StagedVersion,
+    aliases: list[str], notes: str,
+) -> UploadResult:
+    try:
+        result = await _add_version(session, principal, name, staged, aliases, notes)
+        await session.commit()
+    except IntegrityError:
+        # A concurrent identical upload won the race; ours is now a re-upload.
+        await session.rollback()
+        result = await _add_version(session, principal, name, staged, aliases, notes)
+        await session.commit()
+    return result
+
+
+async def release_blobs(session: AsyncSession, files: list[ReceivedFile]) -> None:
+    """Give the upload's leases back, committed or refused: a refused upload's blobs are
+    then the collector's. Best effort: a lease not given back runs out on its own."""
+    try:
+        await session.rollback()
+        await leases.release(session, [item.sha256 for item in files])
+        await session.commit()
+    except (RegistryError, SQLAlchemyError) as exc:
+        log.warning("could not release the blob leases of an upload: %s", exc)
 
 
 async def _add_version(
@@ -100,6 +148,7 @@ async def _add_version(
     """The version row (unless this content is already one), its ``version_published``
     event and the alias moves, in the caller's transaction. Never commits."""
     adapter = await get_visible_adapter(session, principal, name, for_update=True)
+    await leases.require_held(session, [item.sha256 for item in staged.files])
     version = await session.scalar(
         select(Version).where(Version.adapter_id == adapter.id, Version.digest == staged.digest)
     )

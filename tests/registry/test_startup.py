@@ -87,6 +87,11 @@ async def admin_works(client: httpx.AsyncClient, token: str) -> bool:
     ({"port": -1}, "port"),
     ({"embedded_nats_port": 0}, "embedded_nats_port"),
     ({"log_level": "verbose"}, "log_level"),
+    ({"relay_publish_timeout_s": 30, "relay_claim_lease_s": 40}, "relay_claim_lease_s"),
+    ({"relay_publish_timeout_s": 0}, "relay_publish_timeout_s"),
+    ({"blob_gc_interval_s": 0}, "blob_gc_interval_s"),
+    ({"blob_gc_grace_s": -1}, "blob_gc_grace_s"),
+    ({"blob_upload_lease_s": 0}, "blob_upload_lease_s"),
 ])
 def test_bad_settings_are_refused_naming_the_field(values: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as refused:
