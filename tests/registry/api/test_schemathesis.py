@@ -24,7 +24,7 @@ from tests.registry.api.schemathesis_hooks import KEEP_TOKEN_ENV, SEEDED
 ROOT = Path(__file__).resolve().parents[3]
 
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance",
-          "content_type_conformance")
+          "content_type_conformance", "allow_header_conformance")
 # Cases per operation and phase: enough to reach every documented branch of the
 # small API, few enough that both backends run in well under two minutes.
 MAX_EXAMPLES = 25
