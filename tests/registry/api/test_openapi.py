@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from loraplane.lora.errors import AdapterInvalid
 from registry_service import errors
-from registry_service.api.openapi import ERROR_STATUSES
+from registry_service.api.openapi import ERROR_STATUSES, error_responses, install_openapi
 from registry_service.app import create_app
 from registry_service.settings import RegistrySettings
 
@@ -83,6 +83,22 @@ async def test_errors_follow_what_each_operation_does(app: FastAPI) -> None:
     assert statuses("/v1/adapters", "post") == {400, 401, 403, 409, 413, 422, 500, 503}
     upload = statuses("/v1/adapters/{name}/versions", "post")
     assert {400, 401, 404, 409, 413, 422, 429, 500, 503, 507} <= upload
+
+
+def test_a_route_declares_the_errors_the_rules_cannot_see() -> None:
+    app = FastAPI()
+
+    @app.get("/plain", responses=error_responses(429, 507))
+    async def plain() -> dict[str, str]:
+        return {}
+
+    install_openapi(app)
+    responses = app.openapi()["paths"]["/plain"]["get"]["responses"]
+    assert set(responses) == {"200", "429", "500", "507"}
+    for status in ("429", "507"):
+        schema = responses[status]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": ERROR_REF}
+    assert "ErrorInfo" in app.openapi()["components"]["schemas"]
 
 
 async def test_upload_documents_its_multipart_body(app: FastAPI) -> None:
