@@ -26,16 +26,17 @@ ROOT = Path(__file__).resolve().parents[3]
 CHECKS = ("not_a_server_error", "status_code_conformance", "response_schema_conformance",
           "content_type_conformance", "allow_header_conformance")
 # Cases per operation and phase: enough to reach every documented branch of the
-# small API, few enough that both backends run in well under two minutes.
+# small API, few enough that both backends take about two minutes together on a
+# loaded 2-core machine.
 MAX_EXAMPLES = 25
-SEED = 7
 
 
 def _schemathesis_args(url: str, token: str, report: Path) -> list[str]:
     return [
         sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json",
         "--checks", ",".join(CHECKS), "--header", f"Authorization: Bearer {token}",
-        "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED),
+        "--max-examples", str(MAX_EXAMPLES),
+        # Derandomized: every run sends the same cases (schemathesis ignores a seed then).
         "--generation-deterministic",
         "--phases", "examples,coverage,fuzzing,stateful", "--workers", "1",
         "--request-timeout", "30", "--no-color", "--suppress-health-check", "all",
