@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from loraplane import __version__
 from loraplane.netutil import mask_url
@@ -16,6 +17,7 @@ from registry_service.aliases.routes import router as aliases_router
 from registry_service.api.errors import install_error_handlers
 from registry_service.api.health import router as health_router
 from registry_service.api.metrics import metrics_middleware
+from registry_service.api.openapi import install_openapi
 from registry_service.auth.routes import router as tokens_router
 from registry_service.blobs.gc import BlobCollector
 from registry_service.blobs.routes import router as blobs_router
@@ -72,7 +74,9 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
         async with _run(app, settings):
             yield
 
-    app = FastAPI(title="loraplane registry", version=__version__, lifespan=lifespan)
+    # The docs pages load Swagger UI and ReDoc from the package, not from a CDN, so
+    # they work on a network without internet.
+    app = FastAPIOffline(title="loraplane registry", version=__version__, lifespan=lifespan)
     app.state.metrics = RegistryMetrics()
     app.middleware("http")(metrics_middleware(app.state.metrics))
     install_error_handlers(app)
@@ -80,4 +84,5 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
                    routing_router, events_router, desired_router, agents_router,
                    tokens_router, blobs_router):
         app.include_router(router)
+    install_openapi(app)
     return app

@@ -17,6 +17,7 @@ from loraplane.api.aliases import (
     AliasState,
     RollbackRequest,
 )
+from loraplane.api.errors import ErrorBody, ErrorInfo
 from loraplane.api.events import EventPage
 from loraplane.api.routing import RouteList, RouteOut, RoutePut
 from loraplane.api.tokens import Role, TokenCreate, TokenCreated, TokenList, TokenOut
@@ -34,6 +35,8 @@ __all__ = [
     "AliasOut",
     "AliasRollout",
     "AliasState",
+    "ErrorBody",
+    "ErrorInfo",
     "EventPage",
     "Role",
     "RollbackRequest",

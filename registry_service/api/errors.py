@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from loraplane.lora.errors import AdapterInvalid
 from registry_service.errors import RegistryError
@@ -56,10 +57,27 @@ async def _validation(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", "the request is invalid", {"errors": errors})
 
 
-async def _http(_: Request, exc: Exception) -> JSONResponse:
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> str:
+    # Starlette's 405 names the methods of the first route whose path matched; each
+    # method is a route of its own here, so ``Allow`` must gather them all. Included
+    # routers are matched, not walked: their routes are not public.
+    routes = request.app.router.routes
+    allowed = [method for method in _METHODS
+               if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                      for route in routes)]
+    return ", ".join(allowed)
+
+
+async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": _allowed_methods(request)}
+    return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
 
 async def _unhandled(_: Request, exc: Exception) -> JSONResponse:

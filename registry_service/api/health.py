@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from sqlalchemy import text
 
 from registry_service.deps import CtxDep
@@ -20,7 +21,13 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+class Readiness(BaseModel):
+    status: str
+    checks: dict[str, str]
+
+
+@router.get("/readyz", response_model=Readiness,
+            responses={503: {"model": Readiness, "description": "a dependency is down"}})
 async def readyz(ctx: CtxDep) -> JSONResponse:
     checks: dict[str, Any] = {}
     try:
@@ -42,6 +49,8 @@ async def readyz(ctx: CtxDep) -> JSONResponse:
                         status_code=200 if ready else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition"}})
 async def metrics(ctx: CtxDep) -> Response:
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

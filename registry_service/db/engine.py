@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from registry_service.errors import Unavailable
+from registry_service.errors import InvalidInput, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,11 @@ def _unreachable(exc: Exception) -> Unavailable:
                        detail={"error": type(exc).__name__})
 
 
+# SQLSTATE character_not_in_repertoire: Postgres stores no NUL in text. Every text the
+# registry stores or looks up came from the request, so the client is told, not a 500.
+_NOT_IN_REPERTOIRE = "22021"
+
+
 # Set in ``session.info`` by whoever adds an outbox row; read after the commit.
 OUTBOX_FLAG = "outbox_dirty"
 
@@ -128,6 +133,9 @@ class Database:
             if exc.connection_invalidated:
                 raise Unavailable("the database connection was lost",
                                   code="database_unavailable") from exc
+            if getattr(exc.orig, "sqlstate", None) == _NOT_IN_REPERTOIRE:
+                raise InvalidInput("a value holds a character the database cannot store (NUL)",
+                                   code="invalid_character") from exc
             raise
 
     async def close(self) -> None:

@@ -11,15 +11,36 @@ from registry_service.blobs.base import BlobStream, content_disposition
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep
 from registry_service.versions import service
 from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
-from registry_service.versions.upload import UploadBody
+from registry_service.versions.upload import ARCHIVE_SUFFIXES, UploadBody
 
 router = APIRouter(prefix="/v1/adapters/{name}/versions", tags=["versions"])
 
 VersionPath = Annotated[int, Path(ge=1, le=INT32_MAX)]
 
+# The body is streamed by ``UploadBody``, never parsed by FastAPI; this only describes it.
+_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {
+    "schema": {
+        "type": "object",
+        "required": ["files"],
+        "properties": {
+            "files": {
+                "type": "array", "items": {"type": "string", "format": "binary"},
+                "description": "adapter_config.json and adapter_model.safetensors, or one "
+                               f"archive of them ({', '.join(ARCHIVE_SUFFIXES)}); each "
+                               "part's file name says which",
+            },
+            "aliases": {"type": "string",
+                        "description": "comma-separated aliases to move to the new version"},
+            "notes": {"type": "string", "description": "free text kept with the version"},
+        },
+    },
+    "encoding": {"files": {"contentType": "application/octet-stream"}},
+}}}}
+
 
 @router.post("", status_code=201, response_model=UploadResult,
-             responses={200: {"model": UploadResult, "description": "identical re-upload"}})
+             responses={200: {"model": UploadResult, "description": "identical re-upload"}},
+             openapi_extra=_UPLOAD_BODY)
 async def upload_version(name: str, request: Request, session: SessionDep,
                          principal: PrincipalDep, ctx: CtxDep) -> JSONResponse:
     body = UploadBody(content_type=request.headers.get("content-type"),
