@@ -386,6 +386,9 @@ def _extract_zip(src: Path, writer: _Writer) -> None:
 def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, writer: _Writer) -> None:
     if "\x00" in info.orig_filename:
         _unsafe("member name contains a NUL byte", info.orig_filename)
+    if not info.filename:
+        # Checked before anything reads it: zipfile's is_dir() indexes its last character.
+        _unsafe("member has an empty name", info.orig_filename)
     if _zip_kind(info) == "dir":
         writer.add_dir(info.filename)
         return

@@ -137,6 +137,17 @@ def test_symlink_in_zip(tmp_path: Path) -> None:
     _refuse("unsafe_archive", archive, tmp_path / "d")
 
 
+def test_zip_member_with_an_empty_name(tmp_path: Path) -> None:
+    # Found by scripts/fuzz.sh: zipfile's is_dir() raised IndexError on an empty name.
+    members: list[tuple[str | zipfile.ZipInfo, bytes]] = [
+        ("adapter_config.json", b"{}"), (zipfile.ZipInfo(""), b"x")]
+    archive = _zip(tmp_path / "a.zip", members)
+    dest = tmp_path / "d"
+    dest.mkdir()
+    error = _refuse("unsafe_archive", archive, dest)
+    assert "empty name" in error.message
+
+
 @pytest.mark.parametrize(
     "names",
     [
