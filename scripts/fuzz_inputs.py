@@ -14,6 +14,7 @@ import io
 import json
 import tarfile
 import tempfile
+import warnings
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -228,7 +229,9 @@ def _mutate_zip_members(data: bytes, rng: Random) -> bytes | None:
         else:
             members.append((info, b"\x00" * rng.choice([0, 1, 100_000])))
         buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w") as out:
+        # Duplicate names are one of the mutations; zipfile warns about each.
+        with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w") as out:
+            warnings.simplefilter("ignore")
             for member, payload in members:
                 out.writestr(member, payload)
         return buffer.getvalue()
