@@ -25,6 +25,8 @@ from scripts.fuzz_inputs import archive_seeds, dictionary_file, safetensors_seed
 REPO = Path(__file__).resolve().parents[1]
 _FINDING = re.compile(r"^(crash|oom|timeout|leak)-")
 _EXECUTED = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
+# libFuzzer's progress lines ("#20696 REDUCE cov: ..."), for a run that died before its stats.
+_PROGRESS = re.compile(r"^#(\d+)\s", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ def run_target(target: str, count: int, seed: int, options: argparse.Namespace) 
             result = subprocess.run(command, cwd=REPO, env=env, stdout=out,
                                     stderr=subprocess.STDOUT, check=False)  # fmt: skip
         seconds = time.monotonic() - started
-    executed = _EXECUTED.findall(log.read_text(errors="replace"))
+    text = log.read_text(errors="replace")
+    executed = _EXECUTED.findall(text) or _PROGRESS.findall(text)
     new = sorted(p for p in set(findings.iterdir()) - before if _FINDING.match(p.name))
     return Outcome(target, int(executed[-1]) if executed else 0, seconds, new,
                    result.returncode, log)  # fmt: skip
@@ -98,6 +101,8 @@ def _report(outcome: Outcome) -> None:
           f"{len(outcome.findings)} findings (exit {outcome.exit_code}, log {outcome.log})")
     for finding in outcome.findings:
         print(f"  finding: {finding}")
+    if outcome.exit_code != 0 and not outcome.findings:
+        print("  the fuzzer itself failed (no input saved): see the log")
     if not outcome.ok:
         tail = outcome.log.read_text(errors="replace").splitlines()[-25:]
         print("\n".join("  | " + line for line in tail))

@@ -90,7 +90,11 @@ def dictionary_file(target: str, path: Path) -> Path:
 
 
 def mutate_safetensors(data: bytes, max_size: int, seed: int, mutate: Mutate) -> bytes:
-    rng = Random(seed)
+    # libFuzzer stops the whole run on a mutation longer than max_size.
+    return _mutate_safetensors(data, max_size, Random(seed), mutate)[:max_size]
+
+
+def _mutate_safetensors(data: bytes, max_size: int, rng: Random, mutate: Mutate) -> bytes:
     choice = rng.random()
     if len(data) < 8 or choice > 0.75:
         return mutate(data, max_size)
@@ -105,7 +109,7 @@ def mutate_safetensors(data: bytes, max_size: int, seed: int, mutate: Mutate) ->
         rest = mutate(rest, max(2 * len(rest), 64))
     if rng.random() < 0.85:
         length = len(header)
-    return (length.to_bytes(8, "little") + header + rest)[:max_size]
+    return length.to_bytes(8, "little") + header + rest
 
 
 def _mutate_header_json(header: bytes, rng: Random) -> bytes:
@@ -132,12 +136,15 @@ def _mutate_header_json(header: bytes, rng: Random) -> bytes:
 
 
 def mutate_archive(data: bytes, max_size: int, seed: int, mutate: Mutate) -> bytes:
-    rng = Random(seed)
+    return _mutate_archive(data, max_size, Random(seed), mutate)[:max_size]
+
+
+def _mutate_archive(data: bytes, max_size: int, rng: Random, mutate: Mutate) -> bytes:
     if data[:2] == b"\x1f\x8b" and rng.random() < 0.6:
         inner = _gunzip(data)
         if inner is not None:
             changed = _mutate_tar(inner, rng, mutate, max_size)
-            return gzip.compress(changed, compresslevel=rng.choice([0, 1, 9]), mtime=0)[:max_size]
+            return gzip.compress(changed, compresslevel=rng.choice([0, 1, 9]), mtime=0)
     if data[257:262] == b"ustar":
         return _mutate_tar(data, rng, mutate, max_size)
     if data[:4] == b"PK\x03\x04" and rng.random() < 0.3:
@@ -156,7 +163,7 @@ def _mutate_tar(data: bytes, rng: Random, mutate: Mutate, max_size: int) -> byte
     if rng.random() < 0.4:
         rebuilt = _mutate_tar_members(data, rng)
         if rebuilt is not None:
-            return rebuilt[:max_size]
+            return rebuilt
     return fix_tar_checksums(mutate(data, max_size))
 
 

@@ -129,7 +129,10 @@ def test_mutators_respect_the_size_limit(seed: int) -> None:
     def flip(data: bytes, max_size: int) -> bytes:
         return (bytes([data[0] ^ 1]) + data[1:])[:max_size] if data else b"\x00"
 
+    # libFuzzer stops the whole run on a mutation longer than max_size.
     for data in archive_seeds().values():
-        assert len(mutate_archive(data, 20_000, seed, flip)) <= 20_000
+        for limit in (len(data), 600):
+            assert len(mutate_archive(data, limit, seed, flip)) <= limit
     for data in safetensors_seeds().values():
-        assert len(mutate_safetensors(data, 4096, seed, flip)) <= 4096
+        for limit in (len(data), 64):
+            assert len(mutate_safetensors(data, limit, seed, flip)) <= limit
