@@ -90,8 +90,12 @@ def dictionary_file(target: str, path: Path) -> Path:
 
 
 def mutate_safetensors(data: bytes, max_size: int, seed: int, mutate: Mutate) -> bytes:
-    # libFuzzer stops the whole run on a mutation longer than max_size.
-    return _mutate_safetensors(data, max_size, Random(seed), mutate)[:max_size]
+    # libFuzzer stops the whole run on a mutation longer than max_size, or on an
+    # exception from here (json.loads of deeply nested input: RecursionError).
+    try:
+        return _mutate_safetensors(data, max_size, Random(seed), mutate)[:max_size]
+    except Exception:
+        return mutate(data, max_size)[:max_size]
 
 
 def _mutate_safetensors(data: bytes, max_size: int, rng: Random, mutate: Mutate) -> bytes:
@@ -136,7 +140,13 @@ def _mutate_header_json(header: bytes, rng: Random) -> bytes:
 
 
 def mutate_archive(data: bytes, max_size: int, seed: int, mutate: Mutate) -> bytes:
-    return _mutate_archive(data, max_size, Random(seed), mutate)[:max_size]
+    try:
+        return _mutate_archive(data, max_size, Random(seed), mutate)[:max_size]
+    except Exception:
+        # The standard library's readers, used here to rebuild members, fail in ways
+        # of their own on mutated input (tarfile: IndexError), and an exception from a
+        # mutator ends the whole run: judging them is the target's job, not this one's.
+        return mutate(data, max_size)[:max_size]
 
 
 def _mutate_archive(data: bytes, max_size: int, rng: Random, mutate: Mutate) -> bytes:

@@ -3,6 +3,7 @@ it has to catch, and the checks it applies, each shown a broken component."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import subprocess
@@ -136,3 +137,20 @@ def test_mutators_respect_the_size_limit(seed: int) -> None:
     for data in safetensors_seeds().values():
         for limit in (len(data), 64):
             assert len(mutate_safetensors(data, limit, seed, flip)) <= limit
+
+
+def _flip(data: bytes, max_size: int) -> bytes:
+    return (bytes([data[0] ^ 1]) + data[1:])[:max_size] if data else b"\x00"
+
+
+def test_mutators_survive_inputs_the_standard_library_chokes_on() -> None:
+    # tarfile raises IndexError on a GNU sparse header whose extension block is missing;
+    # a mutator that lets it through stops the whole libFuzzer run.
+    info = tarfile.TarInfo("x")
+    info.type = tarfile.GNUTYPE_SPARSE
+    block = bytearray(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+    block[482] = 1
+    truncated = fix_tar_checksums(bytes(block))
+    for seed in range(64):
+        for data in (truncated, gzip.compress(truncated)):
+            assert len(mutate_archive(data, 4096, seed, _flip)) <= 4096
