@@ -18,11 +18,11 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NoReturn, Protocol
+from typing import IO, NoReturn, Protocol, TypeVar
 
 from loraplane.lora.errors import AdapterInvalid
 
@@ -333,10 +333,25 @@ def _extract_tar(src: Path, writer: _Writer, *, compressed: bool) -> None:
     with src.open("rb") as raw:
         stream: _Seekable = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
         guard = _TarGuard(stream, writer.limits)
-        with tarfile.open(fileobj=guard, mode="r:") as archive:
-            while (member := archive.next()) is not None:
+        with _read_tar(lambda: tarfile.open(fileobj=guard, mode="r:")) as archive:
+            while (member := _read_tar(archive.next)) is not None:
                 writer.count_member()
                 _tar_member(archive, member, writer, guard)
+
+
+_T = TypeVar("_T")
+
+
+def _read_tar(read: Callable[[], _T]) -> _T:
+    """``read()``, with tarfile's IndexError on a truncated header as a refusal.
+
+    tarfile reads the extension blocks of a GNU sparse header without checking their
+    length, and indexes past the end of one cut off by the end of the archive.
+    """
+    try:
+        return read()
+    except IndexError:
+        _invalid("cannot read archive: a tar header is truncated")
 
 
 def _tar_member(
@@ -386,6 +401,9 @@ def _extract_zip(src: Path, writer: _Writer) -> None:
 def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, writer: _Writer) -> None:
     if "\x00" in info.orig_filename:
         _unsafe("member name contains a NUL byte", info.orig_filename)
+    if not info.filename:
+        # Checked before anything reads it: zipfile's is_dir() indexes its last character.
+        _unsafe("member has an empty name", info.orig_filename)
     if _zip_kind(info) == "dir":
         writer.add_dir(info.filename)
         return

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gzip
 import io
 import stat
 import tarfile
@@ -135,6 +136,36 @@ def test_symlink_in_zip(tmp_path: Path) -> None:
         tmp_path / "a.zip", [("adapter/adapter_config.json", b"{}"), (link, b"/etc/passwd")]
     )
     _refuse("unsafe_archive", archive, tmp_path / "d")
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_truncated_gnu_sparse_header(tmp_path: Path, mode: str) -> None:
+    # Found by scripts/fuzz.sh: tarfile raised IndexError on a GNU sparse header whose
+    # extension block is cut off by the end of the archive.
+    info = tarfile.TarInfo("adapter_config.json")
+    info.type = tarfile.GNUTYPE_SPARSE
+    block = bytearray(info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+    block[482] = 1  # "isextended": another block of sparse entries follows
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\x00 " % sum(block)
+    data = bytes(block) + b"\x00" * 12
+    path = tmp_path / "a.tar"
+    if mode == "w:gz":
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    error = _refuse("invalid_archive", path, tmp_path / "d")
+    assert "truncated" in error.message
+
+
+def test_zip_member_with_an_empty_name(tmp_path: Path) -> None:
+    # Found by scripts/fuzz.sh: zipfile's is_dir() raised IndexError on an empty name.
+    members: list[tuple[str | zipfile.ZipInfo, bytes]] = [
+        ("adapter_config.json", b"{}"), (zipfile.ZipInfo(""), b"x")]
+    archive = _zip(tmp_path / "a.zip", members)
+    dest = tmp_path / "d"
+    dest.mkdir()
+    error = _refuse("unsafe_archive", archive, dest)
+    assert "empty name" in error.message
 
 
 @pytest.mark.parametrize(
