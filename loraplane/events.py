@@ -85,9 +85,13 @@ class AdapterDeleted(_EventBase):
 
 
 RouteKind = Literal["customer", "task", "default"]
+# The one key of a tenant's ``default`` rule: a tenant has at most one default.
+DEFAULT_ROUTE_KEY = "default"
 
 
 class RouteRule(_Frozen):
+    """A rule of one tenant: requests of that tenant only are routed by it."""
+
     kind: RouteKind
     key: str
     adapter: str
