@@ -52,7 +52,10 @@ class CacheControl(Protocol):
 
 
 class LocalSource(Protocol):
-    """The watched folder (``WatchDirSource``): which names it owns, what a folder holds."""
+    """The watched folder (``WatchDirSource``): which names it owns, what a folder holds,
+    and the tenant its adapters belong to."""
+
+    tenant: str
 
     def owns(self, adapter: str) -> bool: ...
 
@@ -233,6 +236,9 @@ class Reconciler:
             log.warning("%s: reading desired state failed: %s", adapter, exc.message)
             return Retry(reason=exc.message)
         want = {a.alias: a for a in desired.aliases} if desired is not None else {}
+        if desired is not None:
+            # Before any move: a version is never routed without its tenant known.
+            self._swapper.set_owner(adapter, desired.tenant)
         held = self._routes.held(adapter)  # read once: this key's worker is its only mover
         if self._needs_reset(held, want):
             outcome = await self._reset(adapter, held)
@@ -311,6 +317,7 @@ class Reconciler:
         if found is None:
             return await self._remove_local(adapter, revision, current)
         self._failures.keep_only(adapter, [(found.version, found.digest)])
+        self._swapper.set_owner(adapter, local.tenant)
         if _same(current, found):
             return Done()
         if self._failures.is_bad(adapter, found.version, found.digest):

@@ -71,6 +71,8 @@ class OwnedNames:
     """A watched folder that owns ``names`` (tests/agent/control/test_watchdir.py covers
     the real one)."""
 
+    tenant = "local"
+
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
 
