@@ -236,15 +236,16 @@ class Reconciler:
             log.warning("%s: reading desired state failed: %s", adapter, exc.message)
             return Retry(reason=exc.message)
         want = {a.alias: a for a in desired.aliases} if desired is not None else {}
-        if desired is not None:
-            # Before any move: a version is never routed without its tenant known.
-            self._swapper.set_owner(adapter, desired.tenant)
         held = self._routes.held(adapter)  # read once: this key's worker is its only mover
         if self._needs_reset(held, want):
             outcome = await self._reset(adapter, held)
             if not isinstance(outcome, Done):
                 return outcome
             held = {}
+        if desired is not None:
+            # After a reset (which forgets it), before any move: a version is never
+            # routed without its tenant known.
+            self._swapper.set_owner(adapter, desired.tenant)
         outcomes = [await self._move(adapter, alias, revision + 1, None)
                     for alias, (revision, ref) in sorted(held.items())
                     if ref is not None and alias not in want]
