@@ -369,6 +369,8 @@ async def test_inference_tokens_confine_requests_and_revocation_is_honoured(
         assert agent.url is not None
         async with httpx.AsyncClient(base_url=agent.url, timeout=60) as client:
             await _confined(client, acme, globex)
+            if via == "event":
+                await _routed_within_tenants(reg, client, acme, globex)
             # A token made after start-up works once the agent heard of it...
             late_id, late = await reg.inference_token("acme")
             await eventually(lambda: _status(client, late, "bot", 200), timeout_s=20,
@@ -413,6 +415,29 @@ async def _confined(client: httpx.AsyncClient, acme: str, globex: str) -> None:
     listed = await client.get("/v1/models", headers=bearer(acme))
     assert {m["id"] for m in listed.json()["data"]} >= {BASE, "bot", "bot@live"}
     assert not any("g-bot" in m["id"] for m in listed.json()["data"])
+
+
+async def _routed_within_tenants(reg: ServedRegistry, client: httpx.AsyncClient, acme: str,
+                                 globex: str) -> None:
+    """The issue's repro end to end: acme's default rule took every tenant's requests
+    without a model, and customer keys were shared by all tenants."""
+    await reg.put_route("default", "default", "bot")
+    await reg.put_route("customer", "alice", "g-bot")
+
+    async def served(secret: str, headers: dict[str, str], name: str) -> bool:
+        response = await client.post("/v1/completions", json={
+            "prompt": "hello there", "max_tokens": 8, "temperature": 0},
+            headers={**bearer(secret), **headers})
+        return (response.status_code, response.headers.get("x-loraplane-adapter")) == (
+            200, name)
+
+    await eventually(lambda: served(acme, {}, "bot@1"), timeout_s=30,
+                     what="acme's default rule applied")
+    await eventually(lambda: served(globex, {"X-Customer-Id": "alice"}, "g-bot@1"),
+                     timeout_s=30, what="globex's customer rule applied")
+    assert await served(globex, {}, BASE), "acme's default routes only acme"
+    assert await served(acme, {"X-Customer-Id": "alice"}, "bot@1"), \
+        "globex's customer rule routes only globex"
 
 
 async def _status(client: httpx.AsyncClient, secret: str, model: str, status: int) -> bool:
