@@ -146,7 +146,8 @@ async def measure(testbed: Testbed, adapter_dir: Path, args: argparse.Namespace,
             OpenAIClient(testbed.vllms["a"].url)), DIRECT_MODEL, None)]
         for name, process in (("agent", agent), ("agent+nodelay", nodelay)):
             if process is not None:
-                client = await stack.enter_async_context(OpenAIClient(process.url))
+                client = await stack.enter_async_context(
+                    OpenAIClient(process.url, token=testbed.inference_token))
                 await wait_served(client, ADAPTER, DIRECT_MODEL, 60.0)
                 targets.append(Target(name, client, ADAPTER, process.process.pid))
         windows: list[Window] = []

@@ -224,7 +224,7 @@ async def measure(testbed: Testbed, folders: list[Path], warmup: int,
     await events.start(testbed.nats.url)
     async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
                                    timeout_s=120) as api, \
-            OpenAIClient(agent.url) as client:
+            OpenAIClient(agent.url, token=testbed.inference_token) as client:
         await api.create_adapter(ADAPTER, BASE_MODEL, tenant="e2e")
         await api.push(ADAPTER, folders[0])
         await wait_served(client, ADAPTER, f"{ADAPTER}@1", SERVED_TIMEOUT_S)

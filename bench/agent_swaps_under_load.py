@@ -303,7 +303,7 @@ async def measure(testbed: Testbed, args: argparse.Namespace) -> dict[str, Any]:
     folders = [testbed.adapter_dir(name) for name in VERSIONS]
     async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
                                    timeout_s=120) as api, \
-            OpenAIClient(agent.url) as client:
+            OpenAIClient(agent.url, token=testbed.inference_token) as client:
         refs = await prepare(api, testbed, folders, args.max_tokens)
         await wait_served(client, ADAPTER, f"{ADAPTER}@1", 60.0)
         control = (await stream_load(client, args.streams, args.control, args.max_tokens)

@@ -67,9 +67,12 @@ def _error_of(response: httpx.Response, raw: bytes) -> dict[str, Any]:
 class OpenAIClient:
     """``/v1/completions`` (plain and streamed), ``/v1/chat/completions``, ``/v1/models``."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0) -> None:
+    def __init__(self, base_url: str, *, token: str | None = None,
+                 timeout_s: float = 300.0) -> None:
+        """``token``: the inference token an agent asks for (vLLM itself needs none)."""
         self.base_url = base_url
-        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else None
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s, headers=headers)
 
     async def aclose(self) -> None:
         await self.http.aclose()

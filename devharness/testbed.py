@@ -253,6 +253,10 @@ def metric(text: str, name: str, **labels: str) -> float:
 # --- the whole testbed ----------------------------------------------------------------------
 
 
+# The tenant of the adapters tests and benchmarks create on a testbed.
+E2E_TENANT = "e2e"
+
+
 @dataclass
 class Testbed:
     """A registry, NATS, S3, and per host one vLLM with its agent, all running."""
@@ -267,6 +271,8 @@ class Testbed:
     nats: NatsService
     blobs: S3Bucket
     agent_tokens: dict[str, str]
+    # An inference token of E2E_TENANT, the tenant the tests' adapters belong to.
+    inference_token: str
     vllms: dict[str, LoggedVllmServer]
     agents: dict[str, AgentProcess]
 
@@ -370,6 +376,7 @@ def running_testbed(work_dir: Path, *, model_dir: Path, vllm_python: Path, datab
             agents[host] = AgentProcess(spec, work_dir / "agents")
             stack.callback(agents[host].stop)
             agents[host].start()
+        inference = registry.create_token("inference", "e2e-client", tenant=E2E_TENANT)
         yield Testbed(work_dir=work_dir, model_dir=model_dir, base_dir=base, base_model=base_model,
                     registry=registry, nats=nats, blobs=blobs, agent_tokens=tokens,
-                    vllms=vllms, agents=agents)
+                    inference_token=inference, vllms=vllms, agents=agents)

@@ -178,6 +178,25 @@ def run_agent(settings: AgentSettings) -> None:
     help="Serve every DIR/<adapter>/ folder, reloading on change.",
 )
 @click.option(
+    "--watch-tenant",
+    default=None,
+    help="The tenant every --watch-dir adapter belongs to. [default: local]",
+)
+@click.option(
+    "--keys-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Inference credentials besides the registry's, one '<tenant> <sha256 of the "
+    "token>' a line; required with --watch-dir and no --registry.",
+)
+@click.option(
+    "--credentials-refresh-s",
+    type=float,
+    default=None,
+    help="Re-read the registry's inference credentials this often even without an "
+    "event: the longest a revocation waits. [default: 5]",
+)
+@click.option(
     "--log-level",
     type=click.Choice(get_args(LogLevel)),
     default=None,

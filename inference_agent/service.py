@@ -27,7 +27,7 @@ from typing import Any
 import uvicorn
 
 from inference_agent.control.follower import Follower, resync_every
-from inference_agent.control.keys import ALL, VLLM
+from inference_agent.control.keys import ALL, CREDENTIALS, VLLM
 from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.swap import Swapper
 from inference_agent.control.watchdir import WatchDirSource
@@ -35,10 +35,17 @@ from inference_agent.control.workqueue import Backoff, WorkQueue
 from inference_agent.errors import RegistryUnavailable
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
+from inference_agent.node.credentials import (
+    KEYS_FILE_SOURCE,
+    CredentialsRefresher,
+    KeysFileError,
+    read_keys_file,
+)
 from inference_agent.node.materialize import Materializer
 from inference_agent.node.registry_client import RegistryLink
 from inference_agent.node.status import StatusReporter
 from inference_agent.node.vllm_client import VllmClient
+from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
@@ -75,6 +82,16 @@ def _shapes(settings: AgentSettings) -> BaseModelShapes | None:
                                ) from exc
 
 
+def _inference_keys(settings: AgentSettings) -> InferenceKeys:
+    keys = InferenceKeys()
+    if settings.keys_file is not None:
+        try:
+            keys.replace(KEYS_FILE_SOURCE, read_keys_file(settings.keys_file))
+        except KeysFileError as exc:
+            raise AgentConfigError(str(exc)) from exc
+    return keys
+
+
 def _prepare_dir(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -105,6 +122,11 @@ class Agent:
             max_rank=s.max_lora_rank, metrics=self.metrics)
         self.leases = Leases()
         self.routes = RouteTable(s.base_model)
+        self.keys = _inference_keys(s)
+        self.credentials = (CredentialsRefresher(self.registry.inference_credentials,
+                                                 self.keys,
+                                                 interval_s=s.credentials_refresh_s)
+                            if self.registry is not None else None)
         self.cache = AdapterCache(
             self.vllm, self.materializer, self.leases, capacity=s.max_loaded,
             metrics=self.metrics, load_wait_timeout_s=s.load_wait_timeout_s,
@@ -116,7 +138,8 @@ class Agent:
             backoff=Backoff(s.retry_base_s, s.retry_max_s), name="reconcile")
         self.watchdir = (WatchDirSource(s.watch_dir, enqueue=self.queue.add,
                                         copier=self.materializer, state_dir=s.cache_dir,
-                                        known_versions=self._known_versions)
+                                        known_versions=self._known_versions,
+                                        tenant=s.watch_tenant)
                          if s.watch_dir is not None else None)
         self.reconciler = Reconciler(
             base_model=s.base_model, registry=self.registry, routes=self.routes,
@@ -125,14 +148,14 @@ class Agent:
             on_change=self._changed)
         self.status = self._build_status()
         self.follower = (Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
-                                  enqueue=self.reconciler.notify, metrics=self.metrics)
+                                  enqueue=self._event_key, metrics=self.metrics)
                          if s.nats_url is not None and self.registry is not None else None)
         self.ready = asyncio.Event()
         self.draining = False
         self.app = create_proxy_app(
             routes=self.routes, cache=self.cache, leases=self.leases, metrics=self.metrics,
             vllm_url=s.vllm_url, base_model=s.base_model, registry=self.registry,
-            draining=lambda: self.draining, ready=self.ready.is_set,
+            keys=self.keys, draining=lambda: self.draining, ready=self.ready.is_set,
             request_resync=lambda: self.queue.add(VLLM))
         self.url: str | None = None
         self.snapshot: DesiredState | None = None
@@ -148,6 +171,14 @@ class Agent:
                               cache=self.cache, swapper=self.swapper, sources=[self.reconciler],
                               post=self.registry.post_status,
                               heartbeat_interval_s=self.settings.heartbeat_interval_s)
+
+    def _event_key(self, key: str) -> None:
+        """A key the event stream asks for: credentials go to their refresher; a full
+        resync (after a NATS break) re-reads them too."""
+        if key in (CREDENTIALS, ALL) and self.credentials is not None:
+            self.credentials.poke()
+        if key != CREDENTIALS:
+            self.reconciler.notify(key)
 
     def _changed(self) -> None:
         # Built after the parts that call it; a change before then has nothing to tell.
@@ -258,6 +289,9 @@ class Agent:
             self.watchdir.scan()
             spawn(self.watchdir.run(), "watch-dir")
         if self.registry is not None:
+            await self._first_credentials()
+            assert self.credentials is not None
+            spawn(self.credentials.run(), "credentials")
             self.snapshot = await self._first_snapshot(self.reconciler)
             if self.status is not None:
                 spawn(self.status.run(), "status")
@@ -269,6 +303,21 @@ class Agent:
         self.ready.set()
         log.info("agent %s ready: %d adapters routed, %d versions loaded", s.agent_id,
                  len(self.routes.adapters()), len(self.cache.loaded_names()))
+
+    async def _first_credentials(self) -> None:
+        """The inference credentials before serving; waits out a registry that is down."""
+        assert self.credentials is not None
+        backoff: Backoff[str] = Backoff(self.settings.retry_base_s, self.settings.retry_max_s)
+        while True:
+            try:
+                await self.credentials.refresh()
+                log.info("%d inference credentials loaded", len(self.keys))
+                return
+            except RegistryUnavailable as exc:
+                delay = backoff.next_delay("credentials")
+                log.warning("registry not reachable (%s); retrying in %.1fs", exc.message,
+                            delay)
+                await asyncio.sleep(delay)
 
     async def _first_snapshot(self, reconciler: Reconciler) -> DesiredState:
         """The start-up snapshot; waits out a registry that is down, not a bad token."""

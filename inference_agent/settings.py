@@ -46,6 +46,13 @@ class AgentSettings(BaseSettings):
     port: int = Field(default=9000, ge=0, le=65535)
     agent_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     watch_dir: Path | None = None
+    # The tenant every --watch-dir adapter belongs to.
+    watch_tenant: str = "local"
+    # Inference credentials beyond the registry's: lines of "<tenant> <sha256 hex>".
+    keys_file: Path | None = None
+    # How often the registry's inference credentials are re-read even without an event:
+    # the longest a revocation waits when its event is lost.
+    credentials_refresh_s: float = Field(default=5.0, gt=0, le=3600)
 
     drain_timeout_s: float = Field(default=300.0, gt=0)
     resync_interval_s: float = Field(default=30.0, gt=0)
@@ -78,6 +85,13 @@ class AgentSettings(BaseSettings):
                              "or digit), at most 255 characters")
         return value
 
+    @field_validator("watch_tenant")
+    @classmethod
+    def _tenant(cls, value: str) -> str:
+        if not is_slug(value):
+            raise ValueError("must be a tenant name (a slug)")
+        return value
+
     @field_validator("pin", "prewarm", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
@@ -106,6 +120,11 @@ class AgentSettings(BaseSettings):
             raise ValueError(f"--base-model-config {self.base_model_config} is not a file")
         if self.watch_dir is not None and not self.watch_dir.is_dir():
             raise ValueError(f"--watch-dir {self.watch_dir} is not a directory")
+        if self.registry is None and self.keys_file is None:
+            raise ValueError("--watch-dir without --registry needs --keys-file: the OpenAI "
+                             "API answers only requests with an inference token")
+        if self.keys_file is not None and not self.keys_file.is_file():
+            raise ValueError(f"--keys-file {self.keys_file} is not a file")
         if self.retry_max_s < self.retry_base_s:
             raise ValueError("--retry-max-s must be at least --retry-base-s")
         if len(self.pin) > self.max_loaded:

@@ -18,6 +18,10 @@ STREAM_SUBJECTS = f"{SUBJECT_PREFIX}.>"
 
 
 def subject_for(tenant: str, adapter: str) -> str:
+    """``loraplane.events.<tenant>.<adapter>``; an event about no adapter (credentials)
+    goes to ``loraplane.events.<tenant>``, as an empty token is not a valid subject."""
+    if not adapter:
+        return f"{SUBJECT_PREFIX}.{tenant}"
     return f"{SUBJECT_PREFIX}.{tenant}.{adapter}"
 
 
@@ -85,9 +89,13 @@ class AdapterDeleted(_EventBase):
 
 
 RouteKind = Literal["customer", "task", "default"]
+# The one key of a tenant's ``default`` rule: a tenant has at most one default.
+DEFAULT_ROUTE_KEY = "default"
 
 
 class RouteRule(_Frozen):
+    """A rule of one tenant: requests of that tenant only are routed by it."""
+
     kind: RouteKind
     key: str
     adapter: str
@@ -105,8 +113,17 @@ class RouteChanged(_EventBase):
     rule: RouteRule | None
 
 
+class CredentialsChanged(_EventBase):
+    """An inference token of ``tenant`` was created or revoked (``adapter`` is "").
+
+    Carries no token data: agents re-read ``GET /v1/agents/credentials``.
+    """
+
+    type: Literal["credentials_changed"] = "credentials_changed"
+
+
 Event = Annotated[
-    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged,
+    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged | CredentialsChanged,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
@@ -139,8 +156,8 @@ class TokenRevoked(_EventBase):
 
 # Everything ``GET /v1/events`` may list: the published events and the audit-only ones.
 AuditEvent = Annotated[
-    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged | AdapterCreated
-    | TokenIssued | TokenRevoked,
+    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged | CredentialsChanged
+    | AdapterCreated | TokenIssued | TokenRevoked,
     Field(discriminator="type"),
 ]
 AUDIT_ADAPTER: TypeAdapter[AuditEvent] = TypeAdapter(AuditEvent)

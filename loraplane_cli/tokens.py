@@ -7,7 +7,7 @@ import click
 from loraplane_cli.context import CliState, pass_state
 from loraplane_cli.output import short_time
 
-ROLES = ("reader", "publisher", "admin", "agent")
+ROLES = ("reader", "publisher", "admin", "agent", "inference")
 
 
 @click.group("token")
@@ -21,7 +21,8 @@ def token_group() -> None:
     "--role",
     required=True,
     type=click.Choice(ROLES),
-    help="reader < publisher < admin; agent is for inference agents.",
+    help="reader < publisher < admin; agent is for inference agents; inference is for "
+    "clients of the agents' OpenAI API (one tenant, nothing on the registry).",
 )
 @click.option("--tenant", default=None, help="Scope the token to one tenant (default: global).")
 @pass_state

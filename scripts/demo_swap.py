@@ -294,11 +294,16 @@ async def run_scenario(cli: CliRunner, agent_url: str, vllm_url: str, nats_url: 
     cli.run("adapters", "create", ADAPTER, "--base-model", BASE_MODEL, "--tenant", "acme",
             "--description", "first-line support")
     cli.run("push", ADAPTER, str(adapters / "a1"))
+    step("an inference token for acme's clients: the agent answers nobody without one")
+    async with cli.api() as api:
+        client_token = (await api.create_token("demo-client", "inference",
+                                               tenant="acme")).secret
+    print("$ loraplane token create demo-client --role inference --tenant acme")
     events, vllm = EventWatch(), VllmWatch(vllm_url)
     await events.start(nats_url)
     watcher = asyncio.create_task(vllm.run())
     try:
-        async with OpenAIClient(agent_url) as agent, cli.api() as api:
+        async with OpenAIClient(agent_url, token=client_token) as agent, cli.api() as api:
             await _scenario(api, agent, adapters, events, vllm, watcher)
     finally:
         watcher.cancel()

@@ -42,3 +42,7 @@ class AliasApplier(Protocol):
     def set_rules(self, rules: list[RouteRule]) -> None:
         """Replace the routing rules."""
         ...
+
+    def set_owner(self, adapter: str, tenant: str) -> None:
+        """Record the tenant the adapter belongs to: only its requests may use it."""
+        ...

@@ -30,11 +30,18 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
-from inference_agent.control.keys import ALL, ROUTES
+from inference_agent.control.keys import ALL, CREDENTIALS, ROUTES
 from inference_agent.control.workqueue import Backoff
 from inference_agent.errors import EventBusUnavailable
 from inference_agent.metrics import AgentMetrics
-from loraplane.events import STREAM_NAME, STREAM_SUBJECTS, Event, RouteChanged, parse_event
+from loraplane.events import (
+    STREAM_NAME,
+    STREAM_SUBJECTS,
+    CredentialsChanged,
+    Event,
+    RouteChanged,
+    parse_event,
+)
 from loraplane.netutil import mask_url
 
 log = logging.getLogger(__name__)
@@ -61,6 +68,8 @@ def consumer_name(agent_id: str) -> str:
 
 def key_for(event: Event, base_model: str) -> str | None:
     """The work-queue key an event asks for; None if it concerns another base model."""
+    if isinstance(event, CredentialsChanged):
+        return CREDENTIALS
     if isinstance(event, RouteChanged):
         if event.rule is not None and event.rule.base_model != base_model:
             return None

@@ -11,6 +11,8 @@ from __future__ import annotations
 ALL = "*all*"
 # Re-read the routing rules.
 ROUTES = "*routes*"
+# Re-read the inference credentials (never queued: the credentials refresher takes it).
+CREDENTIALS = "*credentials*"
 # Compare what the cache believes loaded with what vLLM has, and repair the difference.
 VLLM = "*vllm*"
 LOCAL_PREFIX = "local/"

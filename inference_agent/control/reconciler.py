@@ -52,7 +52,10 @@ class CacheControl(Protocol):
 
 
 class LocalSource(Protocol):
-    """The watched folder (``WatchDirSource``): which names it owns, what a folder holds."""
+    """The watched folder (``WatchDirSource``): which names it owns, what a folder holds,
+    and the tenant its adapters belong to."""
+
+    tenant: str
 
     def owns(self, adapter: str) -> bool: ...
 
@@ -239,6 +242,10 @@ class Reconciler:
             if not isinstance(outcome, Done):
                 return outcome
             held = {}
+        if desired is not None:
+            # After a reset (which forgets it), before any move: a version is never
+            # routed without its tenant known.
+            self._swapper.set_owner(adapter, desired.tenant)
         outcomes = [await self._move(adapter, alias, revision + 1, None)
                     for alias, (revision, ref) in sorted(held.items())
                     if ref is not None and alias not in want]
@@ -311,6 +318,7 @@ class Reconciler:
         if found is None:
             return await self._remove_local(adapter, revision, current)
         self._failures.keep_only(adapter, [(found.version, found.digest)])
+        self._swapper.set_owner(adapter, local.tenant)
         if _same(current, found):
             return Done()
         if self._failures.is_bad(adapter, found.version, found.digest):

@@ -95,6 +95,9 @@ class Swapper:
     def set_rules(self, rules: list[RouteRule]) -> None:
         self._routes.set_rules(rules)
 
+    def set_owner(self, adapter: str, tenant: str) -> None:
+        self._routes.set_owner(adapter, tenant)
+
     async def _prepare(self, ref: VersionRef, current: VersionRef | None) -> bool:
         """Materialize always; load only if the adapter is hot (its current version is
         loaded) or pinned. A cold adapter loads at its first request."""

@@ -120,14 +120,19 @@ class LocalVersion:
         return local_ref(self.adapter, self.version, self.folder, base_model, self.files)
 
 
+DEFAULT_WATCH_TENANT = "local"
+
+
 class WatchDirSource:
     """The adapters of one folder, as keys on the agent's work queue."""
 
     def __init__(self, watch_dir: Path, *, enqueue: Callable[[str], None],
                  copier: LocalCopier, state_dir: Path,
                  known_versions: Callable[[str], int] | None = None,
-                 debounce_ms: int = 1000) -> None:
+                 debounce_ms: int = 1000, tenant: str = DEFAULT_WATCH_TENANT) -> None:
         self.watch_dir = watch_dir.resolve()
+        # Every watched adapter belongs to this tenant (--watch-tenant).
+        self.tenant = tenant
         self._enqueue = enqueue
         self._copier = copier
         self._numbers = LocalVersions(state_dir / STATE_FILE)

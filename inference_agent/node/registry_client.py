@@ -77,6 +77,12 @@ class RegistryLink:
         with _mapped():
             return await self.api.desired(base_model, adapter=adapter)
 
+    async def inference_credentials(self) -> dict[str, str]:
+        """token sha256 -> tenant of every live inference token."""
+        with _mapped():
+            listed = await self.api.inference_credentials()
+        return {c.token_hash: c.tenant for c in listed.credentials}
+
     async def version(self, adapter: str, version: int) -> VersionRef:
         """One version's metadata; NotServable if the registry does not have it."""
         with _mapped():

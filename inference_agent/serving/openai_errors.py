@@ -14,7 +14,9 @@ Status choices:
   behind a valid name), not the client's request, and retrying will not help until a
   different version is routed, so neither a 4xx nor a 503 fits; 502 says "the thing
   behind this gateway failed" and keeps the reason in the body;
-- the agent is shutting down: 503 ``shutting_down`` with ``Retry-After``.
+- the agent is shutting down: 503 ``shutting_down`` with ``Retry-After``;
+- no inference token, or an unknown or revoked one: 401 ``missing_api_key`` or
+  ``invalid_api_key`` (type ``authentication_error``, as OpenAI answers).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ProxyError:
     code: str
     param: str | None = None
     retry_after: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
     def body(self) -> dict[str, object]:
         return {
@@ -60,7 +63,7 @@ class ProxyError:
         }
 
     def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
-        merged = dict(headers or {})
+        merged = {**dict(headers or {}), **dict(self.headers)}
         if self.retry_after is not None:
             merged["Retry-After"] = str(self.retry_after)
         return JSONResponse(self.body(), status_code=self.status, headers=merged)

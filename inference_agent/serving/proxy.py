@@ -1,5 +1,10 @@
 """The agent's OpenAI-compatible front door to vLLM.
 
+Every OpenAI call needs an inference token (``Authorization: Bearer``), checked
+locally (serving/auth.py); its tenant confines the request: it reaches only that
+tenant's adapters and routing rules, and ``/v1/models`` lists only them. The health
+endpoints and ``/metrics`` stay open for operators and Prometheus.
+
 A generation request is resolved to an adapter version (or the base model), takes a
 lease on that version in the same synchronous step, makes sure the version is loaded,
 and is forwarded to vLLM under the versioned name. vLLM's answer (JSON or an SSE
@@ -27,6 +32,7 @@ from inference_agent.errors import AgentError
 from inference_agent.metrics import CONTENT_TYPE, AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.registry_client import RegistryLink
+from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.calls import ProxyCall
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.openai_errors import (
@@ -63,10 +69,12 @@ class Proxy:
 
     def __init__(self, *, routes: RouteTable, cache: AdapterCache, leases: Leases,
                  metrics: AgentMetrics, http: httpx.AsyncClient, base_model: str,
-                 registry: RegistryLink | None, draining: Callable[[], bool],
-                 ready: Callable[[], bool], request_resync: Callable[[], None]) -> None:
+                 registry: RegistryLink | None, keys: InferenceKeys,
+                 draining: Callable[[], bool], ready: Callable[[], bool],
+                 request_resync: Callable[[], None]) -> None:
         """``request_resync`` asks the control loop to compare the cache with vLLM."""
         self.routes = routes
+        self.keys = keys
         self.cache = cache
         self.leases = leases
         self.metrics = metrics
@@ -97,6 +105,9 @@ class Proxy:
     async def _serve(self, request: Request, path: str, call: ProxyCall) -> Response:
         if self.draining():
             return _refuse(call, shutting_down())
+        tenant = self.keys.tenant_for(request.headers.get("authorization"))
+        if isinstance(tenant, ProxyError):
+            return _refuse(call, tenant)
         body = await _json_body(request)
         if isinstance(body, ProxyError):
             return _refuse(call, body)
@@ -104,7 +115,7 @@ class Proxy:
         if model is not None and not isinstance(model, str):
             return _refuse(call, bad_request("`model` must be a string", param="model"))
         try:
-            target = await self._route(model, request.headers, call)
+            target = await self._route(model, request.headers, tenant, call)
             if target.ref is not None:
                 await self.cache.ensure_active(target.ref)
         except AgentError as exc:
@@ -112,9 +123,9 @@ class Proxy:
         payload = {**body, "model": target.model_name}
         return await self._forward(path, payload, request.headers, target, call)
 
-    async def _route(self, model: str | None, headers: Mapping[str, str],
+    async def _route(self, model: str | None, headers: Mapping[str, str], tenant: str,
                      call: ProxyCall) -> Target:
-        resolved = self.routes.resolve(model, headers)
+        resolved = self.routes.resolve(model, headers, tenant)
         if isinstance(resolved, UnresolvedVersion):
             resolved = self.routes.target_for(
                 await self.versions.get(resolved.adapter, resolved.version))
@@ -173,6 +184,9 @@ class Proxy:
     # listing and probes
 
     async def models(self, request: Request) -> Response:
+        tenant = self.keys.tenant_for(request.headers.get("authorization"))
+        if isinstance(tenant, ProxyError):
+            return tenant.response()
         try:
             response = await self.http.get("/v1/models", timeout=_PROBE_TIMEOUT_S)
         except httpx.TransportError as exc:
@@ -181,14 +195,17 @@ class Proxy:
             return Response(response.content, status_code=response.status_code,
                             media_type=response.headers.get("content-type"))
         upstream = {entry.get("id"): entry for entry in response.json().get("data", [])}
-        return JSONResponse({"object": "list", "data": self._model_entries(upstream)})
+        return JSONResponse({"object": "list",
+                             "data": self._model_entries(upstream, tenant)})
 
-    def _model_entries(self, upstream: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    def _model_entries(self, upstream: Mapping[str, dict[str, Any]],
+                       tenant: str) -> list[dict[str, Any]]:
         created = int(time.time())
         base = upstream.get(self.base_model) or _model_entry(
             self.base_model, created, parent=None, root=self.base_model)
         entries = [base]
-        for adapter in sorted(self.routes.adapters()):
+        own = self.routes.adapters(tenant)
+        for adapter in sorted(own):
             for alias, (_revision, ref) in sorted(self.routes.aliases(adapter).items()):
                 root = self.routes.target_for(ref).model_name
                 ids = [adapter] if alias == DEFAULT_ALIAS else []
@@ -196,7 +213,8 @@ class Proxy:
                 entries.extend(_model_entry(i, created, self.base_model, root) for i in ids)
         # Not vLLM's entries for these: their ``root`` is a path in the agent's cache.
         entries.extend(_model_entry(name, created, self.base_model, name)
-                       for name in sorted(self.cache.loaded_names()))
+                       for name in sorted(self.cache.loaded_names())
+                       if name.partition("@")[0] in own)
         return entries
 
     async def healthz(self, request: Request) -> Response:
@@ -261,7 +279,7 @@ def _model_entry(model_id: str, created: int, parent: str | None, root: str
 
 def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                      metrics: AgentMetrics, vllm_url: str, base_model: str,
-                     registry: RegistryLink | None,
+                     registry: RegistryLink | None, keys: InferenceKeys,
                      draining: Callable[[], bool] | None = None,
                      ready: Callable[[], bool] | None = None,
                      request_resync: Callable[[], None] | None = None,
@@ -279,7 +297,8 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
         # vLLM batches many concurrent requests; the pool must not be the bottleneck.
         limits=httpx.Limits(max_connections=1024, max_keepalive_connections=128))
     proxy = Proxy(routes=routes, cache=cache, leases=leases, metrics=metrics, http=client,
-                  base_model=base_model, registry=registry, draining=draining or _never,
+                  base_model=base_model, registry=registry, keys=keys,
+                  draining=draining or _never,
                   ready=ready or _always, request_resync=request_resync or _nothing)
     inflight = Inflight()
 

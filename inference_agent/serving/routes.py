@@ -5,6 +5,11 @@ it there; a move is applied only if its revision is newer, so late or duplicated
 events cannot move an alias back. ``resolve`` has no await: the proxy resolves and
 takes its lease in one step (see leases.py).
 
+Every adapter belongs to one tenant, and a request is resolved for one tenant (its
+inference token's): another tenant's adapter answers exactly as an unknown one, and
+customer, task and default rules are looked up among that tenant's rules only. An
+adapter whose tenant is not known yet is served to no one.
+
 Only the swap (control/swap.py) writes the table; everything else reads it.
 """
 
@@ -14,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from inference_agent.errors import NotServable
-from loraplane.events import RouteRule, VersionRef
+from loraplane.events import DEFAULT_ROUTE_KEY, RouteRule, VersionRef
 from loraplane.naming import DEFAULT_ALIAS, parse_model_ref, versioned_name
 
 CUSTOMER_HEADER = "X-Customer-Id"
@@ -64,7 +69,9 @@ class RouteTable:
         # adapter -> alias -> (revision, ref); a None ref is a removal kept as a
         # tombstone so an older move arriving late is still refused.
         self._aliases: dict[str, dict[str, tuple[int, VersionRef | None]]] = {}
-        self._rules: dict[tuple[str, str], RouteRule] = {}
+        # (tenant, kind, key) -> rule; a tenant's default rule has the key "default".
+        self._rules: dict[tuple[str, str, str], RouteRule] = {}
+        self._owners: dict[str, str] = {}
         self._routed: dict[str, int] = {}
 
     # aliases
@@ -97,12 +104,23 @@ class RouteTable:
                 for alias, (revision, ref) in self._aliases.get(adapter, {}).items()
                 if ref is not None}
 
-    def adapters(self) -> set[str]:
-        """Adapters with at least one alias pointing somewhere."""
-        return {adapter for adapter in self._aliases if self.aliases(adapter)}
+    def adapters(self, tenant: str | None = None) -> set[str]:
+        """Adapters with at least one alias pointing somewhere (of ``tenant``, if given)."""
+        return {adapter for adapter in self._aliases if self.aliases(adapter)
+                and (tenant is None or self._owners.get(adapter) == tenant)}
+
+    # owners
+
+    def set_owner(self, adapter: str, tenant: str) -> None:
+        """Record the tenant ``adapter`` belongs to (names are unique across tenants)."""
+        self._owners[adapter] = tenant
+
+    def owner(self, adapter: str) -> str | None:
+        return self._owners.get(adapter)
 
     def drop_adapter(self, adapter: str) -> None:
         """Forget an adapter entirely (deleted): a re-created one starts from revision 0."""
+        self._owners.pop(adapter, None)
         for _revision, ref in self._aliases.pop(adapter, {}).values():
             if ref is not None:
                 self._unroute(versioned_name(adapter, ref.version))
@@ -124,23 +142,25 @@ class RouteTable:
 
     def set_rules(self, rules: list[RouteRule]) -> None:
         """Replace every rule; rules for other base models are ignored."""
-        self._rules = {(r.kind, r.key): r for r in rules if r.base_model == self.base_model}
+        self._rules = {(r.tenant, r.kind, r.key): r for r in rules
+                       if r.base_model == self.base_model}
 
     def rules(self) -> list[RouteRule]:
         return list(self._rules.values())
 
     # resolution
 
-    def resolve(self, model: str | None,
-                headers: Mapping[str, str]) -> Target | UnresolvedVersion:
-        """Decide what serves a request; raise NotServable for an unknown adapter or alias."""
+    def resolve(self, model: str | None, headers: Mapping[str, str],
+                tenant: str) -> Target | UnresolvedVersion:
+        """Decide what serves a request of ``tenant``; raise NotServable for an unknown
+        adapter or alias, and for another tenant's adapter alike."""
         if not model or model == self.base_model:
-            return self._resolve_by_rules(headers)
+            return self._resolve_by_rules(headers, tenant)
         parsed = parse_model_ref(model)
         if parsed is None:
             raise NotServable(f"the model {model!r} does not exist",
                               detail={"model": model})
-        if parsed.adapter not in self.adapters():
+        if parsed.adapter not in self.adapters(tenant):
             raise NotServable(f"the adapter {parsed.adapter!r} is not served here",
                               detail={"model": model, "adapter": parsed.adapter})
         if parsed.version is not None:
@@ -167,21 +187,20 @@ class RouteTable:
                 return self.target_for(ref)
         return UnresolvedVersion(adapter, version)
 
-    def _resolve_by_rules(self, headers: Mapping[str, str]) -> Target:
+    def _resolve_by_rules(self, headers: Mapping[str, str], tenant: str) -> Target:
         for kind, header in (("customer", CUSTOMER_HEADER), ("task", TASK_HEADER)):
             key = _header(headers, header)
-            rule = self._rules.get((kind, key)) if key is not None else None
+            rule = self._rules.get((tenant, kind, key)) if key is not None else None
             if rule is not None:
                 return self._rule_target(rule)
-        defaults = sorted((r for r in self._rules.values() if r.kind == "default"),
-                          key=lambda r: r.key)
-        if defaults:
-            return self._rule_target(defaults[0])
+        default = self._rules.get((tenant, "default", DEFAULT_ROUTE_KEY))
+        if default is not None:
+            return self._rule_target(default)
         return self.base_target()
 
     def _rule_target(self, rule: RouteRule) -> Target:
         _revision, ref = self.alias(rule.adapter, rule.alias)
-        if ref is None:
+        if ref is None or self._owners.get(rule.adapter) != rule.tenant:
             # A rule naming something not served is an operator error; answering from
             # the base model instead would hide it behind plausible output.
             raise NotServable(

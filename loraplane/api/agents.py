@@ -9,6 +9,19 @@ from pydantic import BaseModel, Field
 from loraplane.events import AgentStatus, ServeState
 
 
+class InferenceCredential(BaseModel):
+    """An inference token as agents check it: its sha256 and its tenant, never the secret."""
+
+    token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tenant: str
+
+
+class InferenceCredentials(BaseModel):
+    """Every live inference token (``GET /v1/agents/credentials``, agents only)."""
+
+    credentials: list[InferenceCredential]
+
+
 class AgentOut(BaseModel):
     agent_id: str
     base_model: str

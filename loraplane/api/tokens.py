@@ -17,6 +17,9 @@ class Role(enum.StrEnum):
     ADMIN = "admin"
     # Inference agents: read every tenant's desired state and blobs, report status.
     AGENT = "agent"
+    # Inference clients of one tenant: call an agent's OpenAI API, nothing on the
+    # registry's. Agents check them locally against hashes they load from the registry.
+    INFERENCE = "inference"
 
 
 class TokenCreate(BaseModel):

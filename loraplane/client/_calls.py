@@ -24,6 +24,7 @@ from loraplane.api import (
     VersionOut,
     VersionPage,
 )
+from loraplane.api.agents import InferenceCredentials
 from loraplane.api.events import DEFAULT_PAGE
 from loraplane.client._core import Call, model, nothing, path, query
 from loraplane.client.multipart import (
@@ -161,6 +162,10 @@ def rollout(name: str, stale_after_s: float | None) -> Call[RolloutOut]:
 def report_status(status: AgentStatus) -> Call[AgentOut]:
     return Call("POST", path("agents", status.agent_id, "status"), model(AgentOut),
                 json=status.model_dump(mode="json"))
+
+
+def inference_credentials() -> Call[InferenceCredentials]:
+    return Call("GET", path("agents", "credentials"), model(InferenceCredentials))
 
 
 def desired(base_model: str, adapter: str | None) -> Call[DesiredState]:

@@ -30,6 +30,7 @@ from loraplane.api import (
     VersionOut,
     VersionPage,
 )
+from loraplane.api.agents import InferenceCredentials
 from loraplane.api.events import DEFAULT_PAGE
 from loraplane.client import _calls as api
 from loraplane.client._core import (
@@ -276,6 +277,10 @@ class AsyncRegistryClient:
 
     async def report_status(self, status: AgentStatus) -> AgentOut:
         return await self.send(api.report_status(status))
+
+    async def inference_credentials(self) -> InferenceCredentials:
+        """Hash and tenant of every live inference token (an agent token's call)."""
+        return await self.send(api.inference_credentials())
 
     async def desired(self, base_model: str, *, adapter: str | None = None) -> DesiredState:
         """What every agent of ``base_model`` should serve (the snapshot agents follow)."""

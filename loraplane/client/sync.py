@@ -27,6 +27,7 @@ from loraplane.api import (
     VersionOut,
     VersionPage,
 )
+from loraplane.api.agents import InferenceCredentials
 from loraplane.api.events import DEFAULT_PAGE
 from loraplane.client import _calls as api
 from loraplane.client._core import (
@@ -271,6 +272,10 @@ class RegistryClient:
 
     def report_status(self, status: AgentStatus) -> AgentOut:
         return self.send(api.report_status(status))
+
+    def inference_credentials(self) -> InferenceCredentials:
+        """Hash and tenant of every live inference token (an agent token's call)."""
+        return self.send(api.inference_credentials())
 
     def desired(self, base_model: str, *, adapter: str | None = None) -> DesiredState:
         """What every agent of ``base_model`` should serve (the snapshot agents follow)."""

@@ -4,10 +4,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from loraplane.api.agents import InferenceCredentials
 from loraplane.api.tokens import AGENT_ID_PATTERN
 from loraplane.events import AgentStatus
 from registry_service.agents import service
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
+from registry_service.auth import service as auth_service
 from registry_service.deps import PrincipalDep, SessionDep
 
 router = APIRouter(tags=["agents"])
@@ -16,6 +18,14 @@ AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN)]
 StaleAfter = Annotated[float, Query(gt=0, le=7 * 24 * 3600,
                                     description="seconds without a report before an agent "
                                                 "counts as stale")]
+
+
+# Before any /v1/agents/{agent_id} route, so "credentials" is never taken for an id.
+@router.get("/v1/agents/credentials")
+async def inference_credentials(session: SessionDep,
+                                principal: PrincipalDep) -> InferenceCredentials:
+    """The sha256 and tenant of every live inference token (agent tokens only)."""
+    return await auth_service.inference_credentials(session, principal)
 
 
 @router.post("/v1/agents/{agent_id}/status")

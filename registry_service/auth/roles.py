@@ -9,7 +9,7 @@ from registry_service.errors import Forbidden
 
 __all__ = ["Principal", "Role"]
 
-_RANK = {Role.READER: 1, Role.AGENT: 1, Role.PUBLISHER: 2, Role.ADMIN: 3}
+_RANK = {Role.INFERENCE: 0, Role.READER: 1, Role.AGENT: 1, Role.PUBLISHER: 2, Role.ADMIN: 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,10 @@ class Principal:
 
     def require(self, role: Role) -> None:
         """Refuse unless this principal holds ``role`` or a higher one."""
-        if role is Role.AGENT:
+        if self.role is Role.INFERENCE:
+            # Inference tokens are for agents' OpenAI port; the registry grants them nothing.
+            ok = False
+        elif role is Role.AGENT:
             ok = self.role is Role.AGENT or self.is_global_admin
         else:
             ok = self.role is not Role.AGENT or role is Role.READER

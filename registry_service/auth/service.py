@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import TokenIssued, TokenRevoked
+from loraplane.api.agents import InferenceCredential, InferenceCredentials
+from loraplane.events import CredentialsChanged, TokenIssued, TokenRevoked
 from registry_service.auth.models import ApiToken
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
 from registry_service.errors import BadRequest, Forbidden, InvalidInput, NotFound, Unauthorized
-from registry_service.events.service import envelope, record_audit
+from registry_service.events.service import envelope, record_audit, record_event
+from registry_service.tenants.models import Tenant
 from registry_service.tenants.service import get_or_create_tenant
 
 TOKEN_PREFIX = "lp_"
@@ -55,6 +57,11 @@ async def authenticate(session: AsyncSession, secret: str | None) -> Principal:
     )
     if row is None:
         raise Unauthorized("the token is unknown or revoked", code="invalid_token")
+    if row.role == Role.INFERENCE.value:
+        # For the agents' OpenAI port only: no registry call accepts one, reads included.
+        raise Forbidden("an inference token is for an agent's OpenAI API, not the registry",
+                        code="insufficient_role",
+                        detail={"required": "reader", "actual": Role.INFERENCE.value})
     return principal_of(row)
 
 
@@ -88,6 +95,7 @@ async def create_token(
     session.add(token)
     await session.flush()
     _audit(session, token, TokenIssued, actor=actor)
+    _credentials_changed(session, token, actor=actor)
     await session.commit()
     return CreatedToken(token=token, secret=secret)
 
@@ -97,6 +105,29 @@ def _audit(session: AsyncSession, token: ApiToken, kind: type[TokenIssued | Toke
     tenant = token.tenant.name if token.tenant is not None else ""
     record_audit(session, kind(**envelope(tenant, ""), token_id=token.id, name=token.name,
                                role=token.role), actor=actor.name)
+
+
+def _credentials_changed(session: AsyncSession, token: ApiToken, *, actor: Principal) -> None:
+    """Tell agents, through the outbox in this transaction, to re-read inference hashes.
+
+    Agents also re-read them periodically, so a lost event delays a revocation by one
+    refresh interval at most.
+    """
+    if token.role == Role.INFERENCE.value and token.tenant is not None:
+        record_event(session, CredentialsChanged(**envelope(token.tenant.name, "")),
+                     actor=actor.name)
+
+
+async def inference_credentials(session: AsyncSession,
+                                actor: Principal) -> InferenceCredentials:
+    """Every live inference token's hash and tenant, for agents to check requests by."""
+    actor.require(Role.AGENT)
+    rows = await session.execute(
+        select(ApiToken.token_hash, Tenant.name).join(Tenant, Tenant.id == ApiToken.tenant_id)
+        .where(ApiToken.role == Role.INFERENCE.value, ApiToken.revoked_at.is_(None))
+        .order_by(ApiToken.id))
+    return InferenceCredentials(credentials=[
+        InferenceCredential(token_hash=token_hash, tenant=tenant) for token_hash, tenant in rows])
 
 
 def _check_new_token(actor: Principal, *, name: str, role: Role, tenant: str | None) -> None:
@@ -136,6 +167,7 @@ async def revoke_token(session: AsyncSession, actor: Principal, token_id: int) -
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         _audit(session, token, TokenRevoked, actor=actor)
+        _credentials_changed(session, token, actor=actor)
         await session.commit()
     return token
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
 
 from loraplane.events import RouteKind
 from registry_service.deps import PrincipalDep, SessionDep
@@ -9,22 +11,27 @@ from registry_service.routing.schemas import RouteList, RouteOut, RoutePut
 
 router = APIRouter(prefix="/v1/routes", tags=["routing"])
 
+TenantParam = Annotated[str | None, Query(
+    min_length=1, max_length=63,
+    description="whose rules: a tenant token's own by default (no other may be named); "
+                "a global token names one where the key alone is ambiguous")]
+
 
 @router.get("")
 async def list_routes(session: SessionDep, principal: PrincipalDep,
-                      kind: RouteKind | None = None) -> RouteList:
-    return await service.list_routes(session, principal, kind=kind)
+                      kind: RouteKind | None = None, tenant: TenantParam = None) -> RouteList:
+    return await service.list_routes(session, principal, kind=kind, tenant=tenant)
 
 
 @router.put("/{kind}/{key}")
 async def put_route(kind: RouteKind, key: str, body: RoutePut, session: SessionDep,
-                    principal: PrincipalDep) -> RouteOut:
+                    principal: PrincipalDep, tenant: TenantParam = None) -> RouteOut:
     return await service.put_route(session, principal, kind=kind, key=key,
-                                   adapter=body.adapter, alias=body.alias)
+                                   adapter=body.adapter, alias=body.alias, tenant=tenant)
 
 
 @router.delete("/{kind}/{key}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_route(kind: RouteKind, key: str, session: SessionDep,
-                       principal: PrincipalDep) -> Response:
-    await service.delete_route(session, principal, kind=kind, key=key)
+                       principal: PrincipalDep, tenant: TenantParam = None) -> Response:
+    await service.delete_route(session, principal, kind=kind, key=key, tenant=tenant)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,9 +1,13 @@
-"""Routing rules: a customer, a task or a default names ``adapter@alias``.
+"""Routing rules: a customer, a task or a tenant's default names ``adapter@alias``.
 
-The agents resolve request headers through these rules. Every change writes exactly
-one ``route_changed`` event in the same transaction as the change, so an agent hears of
-it even when NATS was down at the time. The ``(kind, key)`` namespace is shared by all
-tenants; a rule belongs to the tenant of the adapter it points at.
+A rule belongs to one tenant, the tenant of the adapter it names, and is unique per
+``(tenant, kind, key)``: tenants never share or race for a key, and an agent resolves
+a request's headers only through its own tenant's rules. The ``default`` kind has one
+key, ``default``, so a tenant has at most one default rule. A rule must name an alias
+that points at a version when it is written.
+
+Every change writes exactly one ``route_changed`` event (carrying the tenant) in the
+same transaction as the change, so an agent hears of it even when NATS was down.
 """
 
 from __future__ import annotations
@@ -16,24 +20,30 @@ from sqlalchemy import ColumnElement, Row, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import RouteChanged, RouteKind, RouteRule
+from loraplane.events import DEFAULT_ROUTE_KEY, RouteChanged, RouteKind, RouteRule
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
+from registry_service.aliases.models import Alias
 from registry_service.aliases.service import check_alias_name
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
-from registry_service.errors import InvalidInput, NotFound
+from registry_service.errors import BadRequest, InvalidInput, NotFound
 from registry_service.events.service import envelope, record_event
 from registry_service.routing.models import RouteRuleRow
 from registry_service.routing.schemas import RouteList, RouteOut
+from registry_service.routing.scope import TenantScope, tenant_scope
 
 # Keys arrive in HTTP headers (customer ids, task names), so visible ASCII is enough.
 _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
-def _check_key(key: str) -> None:
+def _check_key(kind: RouteKind, key: str) -> None:
     if not _KEY.fullmatch(key):
         raise InvalidInput("a route key must be 1-255 visible ASCII characters",
+                           code="invalid_route_key", detail={"key": key[:300]})
+    if kind == "default" and key != DEFAULT_ROUTE_KEY:
+        raise InvalidInput(f"a tenant has one default rule, whose key is "
+                           f"{DEFAULT_ROUTE_KEY!r}: use /v1/routes/default/{DEFAULT_ROUTE_KEY}",
                            code="invalid_route_key", detail={"key": key[:300]})
 
 
@@ -58,43 +68,44 @@ def _record(session: AsyncSession, adapter: Adapter, *, kind: RouteKind, key: st
     record_event(session, event, actor=actor)
 
 
-async def _locked_rule(
-    session: AsyncSession, principal: Principal, kind: str, key: str
-) -> tuple[RouteRuleRow, Adapter] | None:
-    """The rule for ``(kind, key)``, locked for this transaction, with its adapter.
+async def _check_alias(session: AsyncSession, adapter: Adapter, alias: str) -> None:
+    check_alias_name(alias)
+    found = await session.scalar(select(Alias.id).where(
+        Alias.adapter_id == adapter.id, Alias.name == alias, Alias.version_id.is_not(None)))
+    if found is None:
+        raise NotFound(f"adapter {adapter.name!r} has no alias {alias!r}",
+                       code="alias_not_found", detail={"adapter": adapter.name, "alias": alias})
 
-    A rule pointing at another tenant's adapter answers 404, so a tenant can neither
-    read nor take over another tenant's route.
-    """
-    rule = await session.scalar(
-        select(RouteRuleRow).where(RouteRuleRow.kind == kind, RouteRuleRow.key == key)
-        .with_for_update()
-    )
-    if rule is None:
-        return None
-    adapter = await session.get(Adapter, rule.adapter_id)
-    if adapter is None or not principal.can_see(adapter.tenant_id):
-        raise _not_found(kind, key)
-    return rule, adapter
+
+async def _locked_rule(
+    session: AsyncSession, tenant_id: int, kind: str, key: str
+) -> tuple[RouteRuleRow, Adapter] | None:
+    """The tenant's rule for ``(kind, key)``, locked for this transaction, with its adapter."""
+    found = (await session.execute(
+        select(RouteRuleRow, Adapter).join(Adapter, Adapter.id == RouteRuleRow.adapter_id)
+        .where(RouteRuleRow.tenant_id == tenant_id, RouteRuleRow.kind == kind,
+               RouteRuleRow.key == key)
+        .with_for_update(of=RouteRuleRow)
+    )).first()
+    return (found[0], found[1]) if found is not None else None
 
 
 async def _lock_or_insert(
-    session: AsyncSession, principal: Principal, *, kind: RouteKind, key: str,
-    target: Adapter, alias: str,
+    session: AsyncSession, *, kind: RouteKind, key: str, target: Adapter, alias: str,
 ) -> tuple[RouteRuleRow, bool]:
-    """The locked rule for ``(kind, key)`` and whether this call created it."""
-    existing = await _locked_rule(session, principal, kind, key)
+    """The locked rule for the target's ``(tenant, kind, key)``; True if this call made it."""
+    existing = await _locked_rule(session, target.tenant_id, kind, key)
     if existing is not None:
         return existing[0], False
     try:
         async with session.begin_nested():
-            row = RouteRuleRow(kind=kind, key=key, adapter_id=target.id, alias=alias,
-                               updated_at=utcnow())
+            row = RouteRuleRow(tenant_id=target.tenant_id, kind=kind, key=key,
+                               adapter_id=target.id, alias=alias, updated_at=utcnow())
             session.add(row)
         return row, True
     except IntegrityError:
         # A concurrent request created it first; ours becomes a replacement of theirs.
-        existing = await _locked_rule(session, principal, kind, key)
+        existing = await _locked_rule(session, target.tenant_id, kind, key)
         if existing is None:
             raise
         return existing[0], False
@@ -102,15 +113,22 @@ async def _lock_or_insert(
 
 async def put_route(
     session: AsyncSession, principal: Principal, *, kind: RouteKind, key: str,
-    adapter: str, alias: str,
+    adapter: str, alias: str, tenant: str | None = None,
 ) -> RouteOut:
-    """Create or replace a rule. Re-putting the same target changes nothing (no event)."""
+    """Create or replace the rule of the adapter's tenant. Re-putting the same target
+    changes nothing (no event). ``tenant``, if given, must be the adapter's tenant."""
     principal.require(Role.PUBLISHER)
-    _check_key(key)
+    _check_key(kind, key)
     check_alias_name(alias)
+    scope = await tenant_scope(session, principal, tenant)
     target = await get_visible_adapter(session, principal, adapter)
-    rule, created = await _lock_or_insert(session, principal, kind=kind, key=key,
-                                          target=target, alias=alias)
+    if scope.tenant_id is not None and target.tenant_id != scope.tenant_id:
+        # Named in another tenant than the one asked for: not there, as far as it knows.
+        raise NotFound(f"adapter {adapter!r} not found in tenant {tenant!r}",
+                       code="adapter_not_found", detail={"adapter": adapter})
+    await _check_alias(session, target, alias)
+    rule, created = await _lock_or_insert(session, kind=kind, key=key, target=target,
+                                          alias=alias)
     if not created:
         if rule.adapter_id == target.id and rule.alias == alias:
             return _out(rule, target)
@@ -122,10 +140,13 @@ async def put_route(
 
 
 async def delete_route(
-    session: AsyncSession, principal: Principal, *, kind: RouteKind, key: str
+    session: AsyncSession, principal: Principal, *, kind: RouteKind, key: str,
+    tenant: str | None = None,
 ) -> None:
     principal.require(Role.PUBLISHER)
-    existing = await _locked_rule(session, principal, kind, key)
+    scope = await tenant_scope(session, principal, tenant)
+    tenant_id = await _rule_tenant(session, scope, kind, key)
+    existing = await _locked_rule(session, tenant_id, kind, key)
     if existing is None:
         raise _not_found(kind, key)
     rule, adapter = existing
@@ -134,15 +155,34 @@ async def delete_route(
     await session.commit()
 
 
+async def _rule_tenant(session: AsyncSession, scope: TenantScope, kind: str, key: str) -> int:
+    """Whose rule ``(kind, key)`` means: the scope's tenant, or for a global token that
+    names none, the one tenant holding such a rule (several: the caller must choose)."""
+    if scope.tenant_id is not None:
+        return scope.tenant_id
+    owners = list(await session.scalars(
+        select(RouteRuleRow.tenant_id).where(RouteRuleRow.kind == kind, RouteRuleRow.key == key)))
+    if not owners:
+        raise _not_found(kind, key)
+    if len(owners) > 1:
+        raise BadRequest(f"several tenants have a rule {kind}/{key}; name one with ?tenant=",
+                         code="tenant_required", detail={"kind": kind, "key": key})
+    return owners[0]
+
+
 async def list_routes(
-    session: AsyncSession, principal: Principal, *, kind: RouteKind | None = None
+    session: AsyncSession, principal: Principal, *, kind: RouteKind | None = None,
+    tenant: str | None = None,
 ) -> RouteList:
     principal.require(Role.READER)
+    scope = await tenant_scope(session, principal, tenant, missing_ok=True)
     where: list[ColumnElement[bool]] = []
-    if not principal.is_global:
-        where.append(Adapter.tenant_id == principal.tenant_id)
+    if scope.tenant_id is not None:
+        where.append(RouteRuleRow.tenant_id == scope.tenant_id)
     if kind is not None:
         where.append(RouteRuleRow.kind == kind)
+    if scope.empty:
+        return RouteList(routes=[])
     return RouteList(routes=[_out(rule, adapter) for rule, adapter in await _rules(session, where)])
 
 
@@ -150,7 +190,7 @@ async def _rules(
     session: AsyncSession, where: Sequence[ColumnElement[bool]]
 ) -> Sequence[Row[RouteRuleRow, Adapter]]:
     query = (select(RouteRuleRow, Adapter).join(Adapter, Adapter.id == RouteRuleRow.adapter_id)
-             .where(*where).order_by(RouteRuleRow.kind, RouteRuleRow.key))
+             .where(*where).order_by(RouteRuleRow.kind, RouteRuleRow.key, Adapter.name))
     return (await session.execute(query)).all()
 
 

@@ -68,6 +68,9 @@ class FakeSwapper:
     def set_rules(self, rules: list[RouteRule]) -> None:
         self.routes.set_rules(rules)
 
+    def set_owner(self, adapter: str, tenant: str) -> None:
+        self.routes.set_owner(adapter, tenant)
+
     def draining(self) -> set[str]:
         return set()
 
@@ -106,6 +109,19 @@ class ServedRegistry:
     async def agent_token(self) -> str:
         headers = await self.harness.token("agent")
         return headers["Authorization"].removeprefix("Bearer ")
+
+    async def inference_token(self, tenant: str = "acme") -> tuple[int, str]:
+        """A new inference token of ``tenant``: its id and its secret."""
+        response = await self.harness.client.post(
+            "/v1/tokens", json={"name": f"client-{tenant}", "role": "inference",
+                                "tenant": tenant}, headers=self.harness.admin_headers)
+        assert response.status_code == 201, response.text
+        return int(response.json()["id"]), str(response.json()["secret"])
+
+    async def revoke(self, token_id: int) -> None:
+        response = await self.harness.client.delete(f"/v1/tokens/{token_id}",
+                                                    headers=self.harness.admin_headers)
+        assert response.status_code == 204, response.text
 
     async def publish(self, name: str, folder: Path, aliases: str = "live") -> int:
         response = await upload_dir(self.harness, name, folder, aliases=aliases)

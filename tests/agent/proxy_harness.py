@@ -22,6 +22,7 @@ from inference_agent.node.cache import AdapterCache
 from inference_agent.node.materialize import Materializer
 from inference_agent.node.registry_client import RegistryLink
 from inference_agent.node.vllm_client import VllmClient
+from inference_agent.serving.auth import InferenceKeys, token_hash
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
@@ -32,7 +33,21 @@ from loraplane.lora import BaseModelShapes
 from loraplane.netutil import free_port
 
 BASE = "tiny-llama"
+# The proxy's client calls as TENANT; OTHER_TOKEN is an inference token of OTHER_TENANT.
+TENANT, OTHER_TENANT = "acme", "globex"
+TOKEN, OTHER_TOKEN = "lp_test-inference-acme", "lp_test-inference-globex"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def inference_keys() -> InferenceKeys:
+    """Inference credentials of both test tenants."""
+    keys = InferenceKeys()
+    keys.replace("tests", {token_hash(TOKEN): TENANT, token_hash(OTHER_TOKEN): OTHER_TENANT})
+    return keys
 
 
 @contextlib.asynccontextmanager
@@ -80,6 +95,13 @@ class ProxyAgent:
     inflight: Inflight
     # One entry per resync the proxy asked the control loop for.
     resyncs: list[str]
+    keys: InferenceKeys
+
+    def route(self, adapter: str, alias: str, revision: int, ref: VersionRef | None,
+              tenant: str = TENANT) -> bool:
+        """Move an alias of ``adapter``, which belongs to ``tenant``, as the swap would."""
+        self.routes.set_owner(adapter, tenant)
+        return self.routes.set_alias(adapter, alias, revision, ref)
 
     def sample(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
@@ -118,15 +140,16 @@ async def running_agent(vllm_url: str, base_dir: Path, cache_dir: Path,
     cache = AdapterCache(vllm, materializer, leases, capacity=opts.capacity, metrics=metrics,
                          load_wait_timeout_s=opts.load_wait_timeout_s,
                          is_routed=routes.is_routed)
+    keys = inference_keys()
     app = create_proxy_app(routes=routes, cache=cache, leases=leases, metrics=metrics,
                            vllm_url=vllm_url, base_model=BASE, registry=opts.registry,
-                           draining=opts.draining, ready=opts.ready,
+                           keys=keys, draining=opts.draining, ready=opts.ready,
                            request_resync=lambda: resyncs.append("vllm"))
     try:
-        async with serve_asgi(app) as url, httpx.AsyncClient(base_url=url,
-                                                             timeout=60.0) as client:
+        async with serve_asgi(app) as url, httpx.AsyncClient(
+                base_url=url, timeout=60.0, headers=bearer(TOKEN)) as client:
             yield ProxyAgent(url, client, routes, leases, cache, metrics, materializer,
-                             app.state.inflight, resyncs)
+                             app.state.inflight, resyncs, keys)
     finally:
         # The vLLM server outlives this agent: leave it with nothing loaded.
         with contextlib.suppress(Exception):

@@ -32,6 +32,13 @@ def refused(result: Result, *needles: str) -> str:
     return text
 
 
+def keys(folder: Path) -> list[str]:
+    """``--keys-file`` with one credential, as --watch-dir without a registry needs."""
+    path = folder / "keys"
+    path.write_text("# tenant sha256\nlocal " + "0" * 64 + "\n")
+    return ["--keys-file", str(path)]
+
+
 def test_missing_base_model_and_source(tmp_path: Path) -> None:
     refused(run(["agent"]), "--base-model (LORAPLANE_BASE_MODEL)", "Field required")
     refused(run(["agent", "--base-model", "m"]), "nothing to serve")
@@ -47,8 +54,26 @@ def test_every_problem_is_named_and_the_token_never_echoed(tmp_path: Path) -> No
     assert "sekrit-value" not in text
     refused(run(["agent", "--base-model", "m", "--registry", "http://r"]),
             "--registry needs --token")
-    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path), *keys(tmp_path),
                  "--nats-url", "nats://n:4222"]), "--nats-url needs --registry")
+
+
+def test_watch_dir_without_a_registry_needs_a_good_keys_file(tmp_path: Path) -> None:
+    watch = ["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+             "--cache-dir", str(tmp_path / "cache")]
+    refused(run(watch), "--watch-dir without --registry needs --keys-file")
+    refused(run([*watch, "--keys-file", str(tmp_path / "nope")]), "is not a file")
+    bad = tmp_path / "bad-keys"
+    for content, needle in (
+            ("local " + "0" * 64 + "\nacme lp_a-secret-token\n", "line 2: expected"),
+            ("Not_A_Tenant " + "0" * 64 + "\n", "line 1: expected"),
+            ("a " + "0" * 64 + "\nb " + "0" * 64 + "\n", "line 2: this hash is listed"),
+            ("# nothing\n", "lists no credential")):
+        bad.write_text(content)
+        text = refused(run([*watch, "--keys-file", str(bad)]), "--keys-file", needle)
+        assert "lp_a-secret-token" not in text
+    refused(run([*watch, *keys(tmp_path), "--watch-tenant", "Bad Tenant"]),
+            "--watch-tenant")
 
 
 def test_flags_checked_by_click_and_by_the_settings(tmp_path: Path) -> None:
@@ -56,11 +81,11 @@ def test_flags_checked_by_click_and_by_the_settings(tmp_path: Path) -> None:
     refused(run(["agent", "--base-model", "m", "--max-loaded", "0"]), "--max-loaded")
     refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path / "nope")]),
             "--watch-dir", "is not a directory")
-    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path), *keys(tmp_path),
                  "--base-model-config", str(tmp_path / "missing.json")]), "is not a file")
-    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path), *keys(tmp_path),
                  "--max-loaded", "1", "--pin", "a,b"]), "more pinned adapters")
-    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path), *keys(tmp_path),
                  "--pin", "Not_A_Name"]), "not adapter names: Not_A_Name")
 
 
@@ -76,12 +101,12 @@ def test_environment_variables_and_global_flags_count(tmp_path: Path) -> None:
 
 def test_an_unusable_base_model_config_is_refused(tmp_path: Path) -> None:
     config = make_base_config(tmp_path / "config.json", model_type="bert")
-    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path), *keys(tmp_path),
                  "--cache-dir", str(tmp_path / "cache"), "--base-model-config", str(config)]),
             "--base-model-config", "'bert' is not supported")
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+    refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path), *keys(tmp_path),
                  "--cache-dir", str(blocker / "cache")]),
             "--cache-dir", "is not a writable directory")
 
@@ -94,7 +119,7 @@ def test_python_m_inference_agent_refuses_and_stops_on_sigterm(tmp_path: Path) -
     port = free_port()
     # vLLM is never there: the agent serves /healthz and waits, until told to stop.
     args = [sys.executable, "-m", "inference_agent", "--base-model", "m",
-            "--watch-dir", str(tmp_path), "--cache-dir", str(tmp_path / "cache"),
+            "--watch-dir", str(tmp_path), *keys(tmp_path), "--cache-dir", str(tmp_path / "cache"),
             "--vllm-url", f"http://127.0.0.1:{free_port()}", "--port", str(port),
             "--agent-id", "gpu-1"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -33,6 +33,17 @@ from tests.agent.loop_support import FakeSwapper, ServedRegistry, served_registr
 BASE = "tiny-llama"
 
 
+def keys_file(folder: Path, tenant: str = "local", secret: str = "lp_local") -> Path:
+    """A ``--keys-file`` with one credential."""
+    path = folder / "keys"
+    path.write_text(f"{tenant} {hashlib.sha256(secret.encode()).hexdigest()}\n")
+    return path
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
 def ref(adapter: str, version: int) -> VersionRef:
     digest = hashlib.sha256(f"{adapter}{version}".encode()).hexdigest()
     return VersionRef(adapter=adapter, version=version, digest=digest, base_model=BASE,
@@ -135,6 +146,7 @@ async def test_start_up_waits_for_vllm_then_fails_in_order(tmp_path: Path) -> No
     watch = tmp_path / "watch"
     watch.mkdir()
     settings = AgentSettings(base_model=BASE, watch_dir=watch, cache_dir=tmp_path / "cache",
+                             keys_file=keys_file(tmp_path),
                              vllm_url=f"http://127.0.0.1:{free_port()}", port=0,
                              vllm_ready_timeout_s=1.5, agent_id="gpu-1")
     agent = Agent(settings)
@@ -154,6 +166,7 @@ async def test_stop_during_start_up_is_clean(tmp_path: Path) -> None:
     watch = tmp_path / "watch"
     watch.mkdir()
     settings = AgentSettings(base_model=BASE, watch_dir=watch, cache_dir=tmp_path / "cache",
+                             keys_file=keys_file(tmp_path),
                              vllm_url=f"http://127.0.0.1:{free_port()}", port=0,
                              agent_id="gpu-1", shutdown_grace_s=1)
     agent = Agent(settings)
@@ -204,9 +217,12 @@ def vllm_server(tiny_model: Path,
         server.stop()
 
 
-async def complete(client: httpx.AsyncClient, model: str) -> tuple[int, str | None, str]:
+async def complete(client: httpx.AsyncClient, model: str,
+                   secret: str | None = None) -> tuple[int, str | None, str]:
+    headers = bearer(secret) if secret is not None else None
     response = await client.post("/v1/completions", json={
-        "model": model, "prompt": "hello there", "max_tokens": 8, "temperature": 0})
+        "model": model, "prompt": "hello there", "max_tokens": 8, "temperature": 0},
+        headers=headers)
     text = response.json()["choices"][0]["text"] if response.status_code == 200 else \
         response.text
     return response.status_code, response.headers.get("x-loraplane-adapter"), text
@@ -230,8 +246,10 @@ async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
             vllm_url=tcp_proxy.url, base_model=BASE, agent_id="gpu-1", port=0,
             base_model_config=tiny_model / "base" / "config.json",
             cache_dir=tmp_path / "cache", max_loaded=3, pin=["bot"], watch_dir=watch,
+            watch_tenant="acme",
             resync_interval_s=1.5, heartbeat_interval_s=2, drain_timeout_s=5,
             shutdown_grace_s=15, retry_base_s=0.2, retry_max_s=1, max_attempts=2)
+        _id, secret = await reg.inference_token("acme")
         agent = Agent(settings)
         run = asyncio.create_task(agent.run(install_signals=False))
         started = time.monotonic()
@@ -240,7 +258,8 @@ async def test_agent_follows_swaps_repairs_and_shuts_down_gracefully(
         print(f"ready after {time.monotonic() - started:.2f}s")
         assert agent.url is not None
         assert await vllm.loaded() == {"bot@1"}, "the pinned adapter loads at start-up"
-        async with httpx.AsyncClient(base_url=agent.url, timeout=60) as client:
+        async with httpx.AsyncClient(base_url=agent.url, timeout=60,
+                                     headers=bearer(secret)) as client:
             status, served, first = await complete(client, "bot")
             assert (status, served) == (200, "bot@1")
             assert (await complete(client, "cold"))[:2] == (200, "cold@1")
@@ -320,3 +339,106 @@ async def _lacks(vllm: VllmClient, name: str) -> bool:
 async def _failed(reg: ServedRegistry, code: str) -> bool:
     status = await reported(reg, "gpu-1")
     return status is not None and any(f["code"] == code for f in status["failures"])
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("via", ["event", "periodic"])
+async def test_inference_tokens_confine_requests_and_revocation_is_honoured(
+        vllm_server: VllmServer, tiny_model: Path, tmp_path: Path, nats: NatsService,
+        via: str) -> None:
+    """Fails on an open serving port. ``event``: only the credentials_changed event
+    can tell the agent (the periodic refresh is an hour away); ``periodic``: the agent
+    hears no event at all (no NATS), and the refresh alone honours the revocation."""
+    async with served_registry(tmp_path, nats) as reg:
+        await reg.harness.create_adapter("bot", tenant="acme")
+        await reg.harness.create_adapter("g-bot", tenant="globex")
+        await reg.publish("bot", tiny_model / "adapters" / "a1")
+        await reg.publish("g-bot", tiny_model / "adapters" / "a2")
+        acme_id, acme = await reg.inference_token("acme")
+        _globex_id, globex = await reg.inference_token("globex")
+        settings = AgentSettings(
+            registry=reg.url, token=await reg.agent_token(),
+            nats_url=nats.url if via == "event" else None, vllm_url=vllm_server.url,
+            base_model=BASE, agent_id=f"auth-{via}", port=0, cache_dir=tmp_path / "cache",
+            credentials_refresh_s=3600 if via == "event" else 1, retry_base_s=0.2,
+            retry_max_s=1)
+        agent = Agent(settings)
+        run = asyncio.create_task(agent.run(install_signals=False))
+        async with asyncio.timeout(120):
+            await agent.ready.wait()
+        assert agent.url is not None
+        async with httpx.AsyncClient(base_url=agent.url, timeout=60) as client:
+            await _confined(client, acme, globex)
+            if via == "event":
+                await _routed_within_tenants(reg, client, acme, globex)
+            # A token made after start-up works once the agent heard of it...
+            late_id, late = await reg.inference_token("acme")
+            await eventually(lambda: _status(client, late, "bot", 200), timeout_s=20,
+                             what="the new token accepted")
+            # ...and a revoked one is refused within seconds, with no restart.
+            await reg.revoke(acme_id)
+            await eventually(lambda: _status(client, acme, "bot", 401), timeout_s=20,
+                             what="the revoked token refused")
+            assert await _status(client, late, "bot", 200)
+            await reg.revoke(late_id)
+            await eventually(lambda: _status(client, late, "bot", 401), timeout_s=20,
+                             what="the second revocation honoured")
+        agent.stop()
+        await asyncio.wait_for(run, 30)
+
+
+async def _confined(client: httpx.AsyncClient, acme: str, globex: str) -> None:
+    """No token: 401. A token reaches its tenant's adapters only; another tenant's
+    answers as an unknown one does, and /v1/models lists only its own."""
+    for headers, code in (({}, "missing_api_key"),
+                          (bearer("lp_not-a-token"), "invalid_api_key"),
+                          ({"Authorization": acme}, "invalid_api_key")):
+        for path in ("/v1/completions", "/v1/chat/completions"):
+            response = await client.post(path, json={"model": "bot", "prompt": "x",
+                                                     "stream": True}, headers=headers)
+            assert response.status_code == 401, response.text
+            assert response.json()["error"]["code"] == code
+            assert response.headers["www-authenticate"] == "Bearer"
+        models = await client.get("/v1/models", headers=headers)
+        assert models.status_code == 401 and models.json()["error"]["code"] == code
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert (await client.get(path)).status_code == 200, path
+    assert (await complete(client, "bot", acme))[:2] == (200, "bot@1")
+    assert (await complete(client, "g-bot", globex))[:2] == (200, "g-bot@1")
+    unknown = await complete(client, "nope", acme)
+    for model in ("g-bot", "g-bot@live", "g-bot@1"):
+        status, served, text = await complete(client, model, acme)
+        assert (status, served) == (404, None), text
+        assert text.replace("g-bot", "nope") == unknown[2].replace("nope@live", "nope")
+    assert (await complete(client, "bot", globex))[0] == 404
+    assert (await complete(client, "", acme))[:2] == (200, BASE), "the base model is open"
+    listed = await client.get("/v1/models", headers=bearer(acme))
+    assert {m["id"] for m in listed.json()["data"]} >= {BASE, "bot", "bot@live"}
+    assert not any("g-bot" in m["id"] for m in listed.json()["data"])
+
+
+async def _routed_within_tenants(reg: ServedRegistry, client: httpx.AsyncClient, acme: str,
+                                 globex: str) -> None:
+    """The issue's repro end to end: acme's default rule took every tenant's requests
+    without a model, and customer keys were shared by all tenants."""
+    await reg.put_route("default", "default", "bot")
+    await reg.put_route("customer", "alice", "g-bot")
+
+    async def served(secret: str, headers: dict[str, str], name: str) -> bool:
+        response = await client.post("/v1/completions", json={
+            "prompt": "hello there", "max_tokens": 8, "temperature": 0},
+            headers={**bearer(secret), **headers})
+        return (response.status_code, response.headers.get("x-loraplane-adapter")) == (
+            200, name)
+
+    await eventually(lambda: served(acme, {}, "bot@1"), timeout_s=30,
+                     what="acme's default rule applied")
+    await eventually(lambda: served(globex, {"X-Customer-Id": "alice"}, "g-bot@1"),
+                     timeout_s=30, what="globex's customer rule applied")
+    assert await served(globex, {}, BASE), "acme's default routes only acme"
+    assert await served(acme, {"X-Customer-Id": "alice"}, "bot@1"), \
+        "globex's customer rule routes only globex"
+
+
+async def _status(client: httpx.AsyncClient, secret: str, model: str, status: int) -> bool:
+    return (await complete(client, model, secret))[0] == status

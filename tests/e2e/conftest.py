@@ -87,13 +87,13 @@ async def api(testbed: Testbed) -> AsyncIterator[AsyncRegistryClient]:
 
 @pytest.fixture
 async def agent_a(testbed: Testbed) -> AsyncIterator[OpenAIClient]:
-    async with OpenAIClient(testbed.agents["a"].url) as client:
+    async with OpenAIClient(testbed.agents["a"].url, token=testbed.inference_token) as client:
         yield client
 
 
 @pytest.fixture
 async def agent_b(testbed: Testbed) -> AsyncIterator[OpenAIClient]:
-    async with OpenAIClient(testbed.agents["b"].url) as client:
+    async with OpenAIClient(testbed.agents["b"].url, token=testbed.inference_token) as client:
         yield client
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devharness.openai_client import RETRY_OVER_HTTP, OpenAIClient
-from devharness.testbed import Testbed, metric
+from devharness.testbed import E2E_TENANT, Testbed, metric
 from devharness.waiting import eventually
 from loraplane.client import ADAPTER_FILES
 from tests.e2e.conftest import AgentVariant
@@ -36,9 +37,15 @@ async def test_folder_changes_are_swapped_in_and_a_bad_one_is_refused(
     watch.mkdir()
     async with OpenAIClient(vllm_url) as vllm_b:
         texts = {f: (await direct(vllm_b, testbed.adapter_dir(f))).text for f in ("a1", "a2")}
+    # Without a registry the agent takes inference credentials from a keys file, and
+    # the watched adapters belong to the tenant it names: the test client's.
+    keys = tmp_path / "keys"
+    digest = hashlib.sha256(testbed.inference_token.encode()).hexdigest()
+    keys.write_text(f"# tenant sha256\n{E2E_TENANT} {digest}\n")
     spec = testbed.agents["b"].variant(
         agent_id="agent-local", registry=None, token=None, nats_url=None, watch_dir=watch,
-        cache_dir=tmp_path / "cache")
+        cache_dir=tmp_path / "cache",
+        settings={"KEYS_FILE": str(keys), "WATCH_TENANT": E2E_TENANT})
     agent_b_variant.restart(spec)
 
     put_adapter(testbed.adapter_dir("a1"), watch / name, staging)

@@ -48,6 +48,12 @@ async def seed_adapter(
     return Seeded(adapter=adapter, versions=rows)
 
 
+def _rule(seeded: Seeded, *, kind: str, key: str, alias: str) -> RouteRuleRow:
+    adapter = seeded.adapter
+    return RouteRuleRow(tenant_id=adapter.tenant_id, kind=kind, key=key,
+                        adapter_id=adapter.id, alias=alias)
+
+
 def _version(adapter: Adapter, number: int) -> Version:
     files = [{"name": "adapter_config.json", "size": 120 + number, "sha256": "a" * 64},
              {"name": "adapter_model.safetensors", "size": 4096 * number, "sha256": "b" * 64}]
@@ -93,12 +99,10 @@ async def seed_catalog(db: Database) -> Catalog:
         gone = await seed_adapter(session, tenant="acme", name="gone", base_model=BASE,
                                   versions=1, aliases={"live": 1}, deleted=True)
         session.add_all([
-            RouteRuleRow(kind="customer", key="c-1", adapter_id=bot.adapter.id, alias="live"),
-            RouteRuleRow(kind="task", key="summarize", adapter_id=beta.adapter.id,
-                         alias="canary"),
-            RouteRuleRow(kind="default", key="*", adapter_id=gone.adapter.id, alias="live"),
-            RouteRuleRow(kind="customer", key="c-2", adapter_id=other.adapter.id,
-                         alias="live"),
+            _rule(bot, kind="customer", key="c-1", alias="live"),
+            _rule(beta, kind="task", key="summarize", alias="canary"),
+            _rule(gone, kind="default", key="default", alias="live"),
+            _rule(other, kind="customer", key="c-2", alias="live"),
         ])
         await session.commit()
         reader = Principal(token_id=3, name="acme-reader", role=Role.READER,

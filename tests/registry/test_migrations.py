@@ -17,7 +17,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from devharness.registry import RegistryHarness
@@ -25,6 +25,7 @@ from devharness.services import NatsService, PostgresDatabase, ServiceStartError
 from loraplane_cli.main import cli
 from registry_service.app import create_app
 from registry_service.db import migrate
+from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.db.migrate import DatabaseNotMigrated
 from registry_service.db.models import Base
@@ -182,3 +183,39 @@ async def test_embedded_default_migrates_itself(embedded_registry: RegistryHarne
     await assert_at_head(embedded_registry.ctx.db)
     response = await embedded_registry.client.get("/readyz")
     assert response.status_code == 200, response.text
+
+
+_OLD_RULES = """
+INSERT INTO tenants (id, name, created_at) VALUES (1, 'acme', :now), (2, 'globex', :now);
+INSERT INTO adapters (id, name, tenant_id, base_model, description, last_version, created_at)
+VALUES (1, 'a-bot', 1, 'tiny-llama', '', 0, :now), (2, 'g-bot', 2, 'tiny-llama', '', 0, :now);
+INSERT INTO routing_rules (id, kind, key, adapter_id, alias, updated_at) VALUES
+ (1, 'customer', 'alice', 1, 'live', :now), (2, 'default', 'zzz', 1, 'live', :now),
+ (3, 'default', '!', 1, 'canary', :now), (4, 'default', 'mine', 2, 'live', :now),
+ (5, 'task', 'sum', 2, 'live', :now);
+"""
+
+
+async def test_0003_carries_rules_over_to_their_adapters_tenant(db: Database) -> None:
+    """Rules of revision 0002 (one namespace) get their adapter's tenant; a tenant keeps
+    one default rule (the lowest key, which agents used), under the key ``default``."""
+    await migrate.upgrade(db, "0002")
+    async with db.engine.begin() as conn:
+        for statement in filter(str.strip, _OLD_RULES.split(";")):
+            await conn.execute(text(statement), {"now": utcnow()})
+    await migrate.upgrade(db)
+    await assert_at_head(db)
+    async with db.engine.connect() as conn:
+        rows = (await conn.execute(text(
+            "SELECT tenant_id, kind, key, adapter_id, alias FROM routing_rules ORDER BY id"
+        ))).all()
+    assert [tuple(r) for r in rows] == [
+        (1, "customer", "alice", 1, "live"), (1, "default", "default", 1, "canary"),
+        (2, "default", "default", 2, "live"), (2, "task", "sum", 2, "live")]
+    # Two tenants may now hold the same key; back at 0002 the oldest rule of a key stays.
+    await migrate.downgrade(db, "0002")
+    async with db.engine.connect() as conn:
+        keys = (await conn.execute(text(
+            "SELECT id, kind, key FROM routing_rules ORDER BY id"))).all()
+    assert [tuple(k) for k in keys] == [(1, "customer", "alice"), (3, "default", "default"),
+                                        (5, "task", "sum")]

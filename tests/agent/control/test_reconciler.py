@@ -71,6 +71,8 @@ class OwnedNames:
     """A watched folder that owns ``names`` (tests/agent/control/test_watchdir.py covers
     the real one)."""
 
+    tenant = "local"
+
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
 
@@ -121,6 +123,7 @@ async def test_new_adapter_is_applied_and_a_second_pass_changes_nothing() -> Non
     w.registry.move("bot", "canary", ref("bot", 2))
     assert isinstance(await w.reconciler.reconcile("bot"), Done)
     assert w.serving("bot") == {"live": 1, "canary": 2}
+    assert w.routes.owner("bot") == "acme", "the desired state's tenant owns it"
     assert sorted(w.swapper.moves) == [("bot", "canary", 1, 2), ("bot", "live", 1, 1)]
     assert w.registry.calls == ["bot"], "one adapter re-reads only its own desired state"
     desired_reads = w.metrics.registry.get_sample_value(
@@ -291,6 +294,9 @@ async def test_restarted_history_is_reapplied() -> None:
     assert isinstance(await w.reconciler.reconcile("bot"), Done)
     _rev, served = w.routes.alias("bot", "live")
     assert served is not None and served.digest == ref("bot", 1, salt="new").digest
+    # The reset forgot the adapter; its tenant is known again before it serves.
+    assert w.routes.owner("bot") == "acme"
+    assert w.routes.resolve("bot", {}, "acme").model_name == "bot@1"
 
 
 async def test_pinned_and_prewarmed_targets_are_loaded_and_local_adapters_skipped() -> None:

@@ -34,6 +34,7 @@ class Rig:
         self.leases = WatchedLeases()
         self.metrics = AgentMetrics()
         self.routes = RouteTable("tiny-llama")
+        self.routes.set_owner("bot", "acme")
         self.materializer = Materializer(root / "cache", max_bytes=10**9, fetch=LocalFetch(),
                                          base_shapes=None, max_rank=16, metrics=self.metrics)
         self.cache = AdapterCache(cast(VllmClient, self.vllm), self.materializer, self.leases,
@@ -51,7 +52,7 @@ class Rig:
         return adapter_ref(self.root, "bot", version)
 
     def serving(self) -> str:
-        return self.routes.resolve("bot", {}).model_name
+        return self.routes.resolve("bot", {}, "acme").model_name
 
 
 @pytest.fixture

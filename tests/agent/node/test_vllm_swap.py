@@ -115,6 +115,7 @@ class Agent:
         self.metrics = AgentMetrics()
         self.leases = WatchedLeases()
         self.routes = RouteTable(BASE)
+        self.routes.set_owner("a1", "acme")
         shapes = BaseModelShapes.from_hf_config(tiny_model / "base")
         self.materializer = Materializer(cache_dir, max_bytes=10**9, fetch=LocalFetch(),
                                          base_shapes=shapes, max_rank=16,
@@ -131,7 +132,7 @@ async def test_hot_swap_drains_the_old_version_before_unloading_it(
     agent = Agent(vllm, tiny_model, tmp_path / "cache")
     v1, v2 = tiny_ref(tiny_model, "a1", "a1", 1), tiny_ref(tiny_model, "a2", "a1", 2)
     await agent.swapper.apply("a1", "live", 1, v1)
-    first = agent.routes.resolve("a1", {})
+    first = agent.routes.resolve("a1", {}, "acme")
     assert first.model_name == "a1@1"
     lease = agent.leases.acquire(first.model_name)  # a request in flight on a1@1
     assert await agent.cache.ensure_active(v1) == "a1@1"  # loaded at first request
@@ -139,7 +140,7 @@ async def test_hot_swap_drains_the_old_version_before_unloading_it(
 
     result = await agent.swapper.apply("a1", "live", 2, v2)
     assert result.loaded and result.flipped and (result.old, result.new) == (1, 2)
-    assert agent.routes.resolve("a1", {}).model_name == "a1@2"
+    assert agent.routes.resolve("a1", {}, "acme").model_name == "a1@2"
     assert await vllm.loaded() == {"a1@1", "a1@2"}
     out2 = await complete(server, "a1@2")
     assert out2 != out1
@@ -172,7 +173,7 @@ async def test_validation_refuses_what_vllm_would_accept(
         await agent.swapper.apply("a1", "live", 3,
                                   tiny_ref(tiny_model, "bad-rank", "a1", 3, rank=32))
     assert info.value.code == "rank_too_large"
-    assert agent.routes.resolve("a1", {}).model_name == "a1@1"
+    assert agent.routes.resolve("a1", {}, "acme").model_name == "a1@1"
     assert await vllm.loaded() == {"a1@1"}
 
 

@@ -22,6 +22,7 @@ from inference_agent.serving.leases import Leases
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
 from tests.agent.adapter_refs import FakeVllm, LocalFetch, adapter_ref
+from tests.agent.proxy_harness import TENANT, TOKEN, bearer, inference_keys
 
 BASE = "tiny-llama"
 
@@ -57,9 +58,10 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     upstream = httpx.AsyncClient(transport=completions(vllm), base_url="http://vllm")
     app = create_proxy_app(routes=routes, cache=cache, leases=leases, metrics=metrics,
                            vllm_url="http://vllm", base_model=BASE, registry=None,
-                           request_resync=lambda: resyncs.append("vllm"), http=upstream)
+                           keys=inference_keys(), http=upstream,
+                           request_resync=lambda: resyncs.append("vllm"))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://agent") as client:
+                                 base_url="http://agent", headers=bearer(TOKEN)) as client:
         yield Rig(client, vllm, cache, routes, resyncs)
     await upstream.aclose()
 
@@ -67,6 +69,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 async def test_a_lost_version_is_loaded_again_and_the_resync_is_queued(
         rig: Rig, tmp_path: Path) -> None:
     for adapter in ("bot", "other"):
+        rig.routes.set_owner(adapter, TENANT)
         rig.routes.set_alias(adapter, "live", 1, adapter_ref(tmp_path, adapter, 1))
         response = await rig.client.post("/v1/completions", json={"model": adapter})
         assert response.status_code == 200, response.text
@@ -83,6 +86,7 @@ async def test_a_lost_version_is_loaded_again_and_the_resync_is_queued(
 
 
 async def test_a_version_that_cannot_load_again_is_refused(rig: Rig, tmp_path: Path) -> None:
+    rig.routes.set_owner("bot", TENANT)
     rig.routes.set_alias("bot", "live", 1, adapter_ref(tmp_path, "bot", 1))
     assert (await rig.client.post("/v1/completions", json={"model": "bot"})).is_success
     rig.vllm.names.clear()

@@ -85,9 +85,9 @@ def versions(tiny_model: Path) -> Versions:
 
 
 def route_aliases(agent: ProxyAgent, versions: Versions) -> None:
-    agent.routes.set_alias("support", "live", 1, versions["support@1"][0])
-    agent.routes.set_alias("support", "canary", 1, versions["support@2"][0])
-    agent.routes.set_alias("sql", "live", 1, versions["sql@3"][0])
+    agent.route("support", "live", 1, versions["support@1"][0])
+    agent.route("support", "canary", 1, versions["support@2"][0])
+    agent.route("sql", "live", 1, versions["sql@3"][0])
 
 
 def rule(kind: str, key: str, adapter: str, alias: str) -> RouteRule:
@@ -126,7 +126,7 @@ async def agent_with_registry(vllm_server: VllmServer, tiny_model: Path, tmp_pat
         try:
             async with running_agent(vllm_server.url, tiny_model / "base", tmp_path / "cache",
                                      options=AgentOptions(registry=registry)) as running:
-                running.routes.set_alias("support", "live", 2,
+                running.route("support", "live", 2,
                                          await registry.version("support", 2))
                 yield running
         finally:
@@ -344,7 +344,7 @@ async def test_capacity_exhausted_answers_503_with_retry_after(
 async def test_a_version_refused_by_validation_answers_502(agent: ProxyAgent,
                                                            tiny_model: Path) -> None:
     wide = local_ref(tiny_model / "adapters" / "bad-rank", "wide", 1, rank=32)
-    agent.routes.set_alias("wide", "live", 1, wide)
+    agent.route("wide", "live", 1, wide)
     response = await post(agent.client, "/v1/completions", {**COMPLETION, "model": "wide"})
     error = assert_openai_error(response, 502, "rank_too_large")
     assert "rank 32" in error["message"]

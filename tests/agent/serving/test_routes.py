@@ -9,6 +9,7 @@ from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
 from loraplane.events import RouteKind, RouteRule, VersionRef
 
 BASE = "tiny-llama"
+TENANT = "acme"
 
 
 def ref(adapter: str, version: int) -> VersionRef:
@@ -17,14 +18,16 @@ def ref(adapter: str, version: int) -> VersionRef:
 
 
 def rule(kind: RouteKind, key: str, adapter: str, alias: str = "live",
-         base_model: str = BASE) -> RouteRule:
-    return RouteRule(kind=kind, key=key, adapter=adapter, alias=alias, tenant="acme",
+         base_model: str = BASE, tenant: str = TENANT) -> RouteRule:
+    return RouteRule(kind=kind, key=key, adapter=adapter, alias=alias, tenant=tenant,
                      base_model=base_model)
 
 
 @pytest.fixture
 def table() -> RouteTable:
     routes = RouteTable(BASE)
+    for adapter in ("bot", "sum"):
+        routes.set_owner(adapter, TENANT)
     assert routes.set_alias("bot", "live", 1, ref("bot", 3))
     assert routes.set_alias("bot", "canary", 1, ref("bot", 4))
     assert routes.set_alias("sum", "live", 1, ref("sum", 1))
@@ -36,18 +39,18 @@ def name_of(result: Target | UnresolvedVersion) -> str:
 
 
 def test_model_forms(table: RouteTable) -> None:
-    assert name_of(table.resolve("bot", {})) == "bot@3"
-    assert name_of(table.resolve("bot@live", {})) == "bot@3"
-    assert name_of(table.resolve("bot@canary", {})) == "bot@4"
-    target = table.resolve("bot@4", {})
+    assert name_of(table.resolve("bot", {}, TENANT)) == "bot@3"
+    assert name_of(table.resolve("bot@live", {}, TENANT)) == "bot@3"
+    assert name_of(table.resolve("bot@canary", {}, TENANT)) == "bot@4"
+    target = table.resolve("bot@4", {}, TENANT)
     assert isinstance(target, Target) and target.ref == ref("bot", 4)
-    assert table.resolve("bot@9", {}) == UnresolvedVersion("bot", 9)
+    assert table.resolve("bot@9", {}, TENANT) == UnresolvedVersion("bot", 9)
     assert table.target_for(ref("bot", 9)).model_name == "bot@9"
 
 
 @pytest.mark.parametrize("model", [None, "", BASE])
 def test_base_model_without_rules(table: RouteTable, model: str | None) -> None:
-    target = table.resolve(model, {})
+    target = table.resolve(model, {}, TENANT)
     assert isinstance(target, Target) and target.is_base
     assert target.model_name == BASE and target.ref is None
 
@@ -56,36 +59,36 @@ def test_base_model_without_rules(table: RouteTable, model: str | None) -> None:
 def test_unknown_adapter_alias_or_garbage_is_not_servable(table: RouteTable,
                                                           model: str) -> None:
     with pytest.raises(NotServable):
-        table.resolve(model, {})
+        table.resolve(model, {}, TENANT)
 
 
 def test_rules_customer_then_task_then_default_then_base(table: RouteTable) -> None:
     table.set_rules([rule("customer", "c1", "bot", "canary"), rule("task", "summarize", "sum"),
                      rule("default", "default", "bot")])
     both = {"X-Customer-Id": "c1", "X-Task-Type": "summarize"}
-    assert name_of(table.resolve(None, both)) == "bot@4"
-    assert name_of(table.resolve(None, {"x-task-type": "summarize"})) == "sum@1"
-    assert name_of(table.resolve(BASE, {"X-Customer-Id": "other"})) == "bot@3"
+    assert name_of(table.resolve(None, both, TENANT)) == "bot@4"
+    assert name_of(table.resolve(None, {"x-task-type": "summarize"}, TENANT)) == "sum@1"
+    assert name_of(table.resolve(BASE, {"X-Customer-Id": "other"}, TENANT)) == "bot@3"
     # An explicit adapter wins over every header rule.
-    assert name_of(table.resolve("sum", {"X-Customer-Id": "c1"})) == "sum@1"
+    assert name_of(table.resolve("sum", {"X-Customer-Id": "c1"}, TENANT)) == "sum@1"
     table.set_rules([rule("customer", "c1", "bot", "canary")])
-    target = table.resolve(None, {"X-Customer-Id": "c2"})
+    target = table.resolve(None, {"X-Customer-Id": "c2"}, TENANT)
     assert isinstance(target, Target) and target.is_base
 
 
 def test_rules_for_another_base_model_are_ignored(table: RouteTable) -> None:
     table.set_rules([rule("default", "default", "bot", base_model="other-model")])
-    assert name_of(table.resolve(None, {})) == BASE
+    assert name_of(table.resolve(None, {}, TENANT)) == BASE
     table.set_rules([rule("default", "default", "sum")])
-    assert name_of(table.resolve(None, {})) == "sum@1"
+    assert name_of(table.resolve(None, {}, TENANT)) == "sum@1"
     table.set_rules([rule("default", "default", "sum", base_model="other-model")])
-    assert name_of(table.resolve(None, {})) == BASE, "replaced by another model's rule"
+    assert name_of(table.resolve(None, {}, TENANT)) == BASE, "replaced by another model's rule"
 
 
 def test_a_rule_naming_an_alias_not_served_is_not_servable(table: RouteTable) -> None:
     table.set_rules([rule("task", "t", "bot", "beta")])
     with pytest.raises(NotServable, match="bot@beta"):
-        table.resolve(None, {"X-Task-Type": "t"})
+        table.resolve(None, {"X-Task-Type": "t"}, TENANT)
 
 
 def test_moves_apply_only_with_a_newer_revision(table: RouteTable) -> None:
@@ -93,7 +96,7 @@ def test_moves_apply_only_with_a_newer_revision(table: RouteTable) -> None:
     assert table.set_alias("bot", "live", 5, ref("bot", 5))
     assert not table.set_alias("bot", "live", 4, ref("bot", 4))  # late, older event
     assert table.alias("bot", "live") == (5, ref("bot", 5))
-    assert name_of(table.resolve("bot", {})) == "bot@5"
+    assert name_of(table.resolve("bot", {}, TENANT)) == "bot@5"
 
 
 def test_removal_is_a_tombstone_and_drop_adapter_forgets(table: RouteTable) -> None:
@@ -102,11 +105,11 @@ def test_removal_is_a_tombstone_and_drop_adapter_forgets(table: RouteTable) -> N
     assert not table.set_alias("bot", "canary", 1, ref("bot", 4))  # cannot resurrect
     assert set(table.aliases("bot")) == {"live"}
     with pytest.raises(NotServable):
-        table.resolve("bot@canary", {})
+        table.resolve("bot@canary", {}, TENANT)
     table.drop_adapter("bot")
     assert table.adapters() == {"sum"}
     with pytest.raises(NotServable):
-        table.resolve("bot", {})
+        table.resolve("bot", {}, TENANT)
     assert table.set_alias("bot", "live", 1, ref("bot", 1))  # a re-created adapter
 
 
@@ -120,3 +123,39 @@ def test_routed_names_follow_every_alias(table: RouteTable) -> None:
     assert not table.is_routed("bot@3")
     table.drop_adapter("sum")
     assert table.routed_names() == {"bot@5"}
+
+
+def test_a_request_sees_only_its_tenants_adapters(table: RouteTable) -> None:
+    table.set_owner("other", "globex")
+    assert table.set_alias("other", "live", 1, ref("other", 2))
+    assert name_of(table.resolve("other", {}, "globex")) == "other@2"
+    assert table.adapters("globex") == {"other"} and table.adapters(TENANT) == {"bot", "sum"}
+    for model in ("other", "other@live", "other@2", "other@7"):
+        with pytest.raises(NotServable) as refused:
+            table.resolve(model, {}, TENANT)
+        assert refused.value.message == "the adapter 'other' is not served here"
+    for model in ("bot", "bot@3", "bot@9"):
+        with pytest.raises(NotServable):
+            table.resolve(model, {}, "globex")
+    # An adapter whose tenant is not known yet is served to no one.
+    assert table.set_alias("orphan", "live", 1, ref("orphan", 1))
+    with pytest.raises(NotServable):
+        table.resolve("orphan", {}, TENANT)
+
+
+def test_rules_resolve_within_the_requests_tenant_only(table: RouteTable) -> None:
+    """Fails on the shared rule table: globex's rules (and its default, whose key
+    sorted first) routed acme's requests."""
+    table.set_owner("other", "globex")
+    assert table.set_alias("other", "live", 1, ref("other", 2))
+    table.set_rules([rule("customer", "alice", "other", tenant="globex"),
+                     rule("default", "default", "other", tenant="globex"),
+                     rule("customer", "alice", "bot", "canary")])
+    assert name_of(table.resolve(None, {"X-Customer-Id": "alice"}, TENANT)) == "bot@4"
+    assert name_of(table.resolve(None, {"X-Customer-Id": "alice"}, "globex")) == "other@2"
+    assert name_of(table.resolve(None, {}, TENANT)) == BASE
+    assert name_of(table.resolve(None, {"X-Customer-Id": "bob"}, "globex")) == "other@2"
+    # A rule of one tenant naming another tenant's adapter is never followed.
+    table.set_rules([rule("default", "default", "other")])
+    with pytest.raises(NotServable):
+        table.resolve(None, {}, TENANT)

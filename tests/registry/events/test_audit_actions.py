@@ -11,6 +11,7 @@ from sqlalchemy import select
 from devharness.registry import RegistryHarness
 from devharness.waiting import eventually
 from registry_service.events.models import EventRow
+from tests.registry.routing.support import routable
 
 
 async def _events(registry: RegistryHarness, headers: dict[str, str] | None = None
@@ -24,7 +25,7 @@ async def _events(registry: RegistryHarness, headers: dict[str, str] | None = No
 
 async def test_each_action_is_in_the_audit_log(registry: RegistryHarness) -> None:
     headers = registry.admin_headers
-    await registry.create_adapter("bot", tenant="acme")
+    await routable(registry, "bot", tenant="acme", aliases=("live",))
     created = await registry.client.post(
         "/v1/tokens", json={"name": "ci", "role": "publisher", "tenant": "acme"},
         headers=headers)
@@ -48,6 +49,7 @@ async def test_each_action_is_in_the_audit_log(registry: RegistryHarness) -> Non
         ("token_revoked", "", token_id),
         ("route_changed", "bot", None),
         ("route_changed", "bot", None),
+        ("adapter_updated", "bot", None),  # its alias removed
         ("adapter_deleted", "bot", None),
     ], seen
     # A tenant's reader sees its tenant's entries, tokens of its tenant included.
@@ -58,7 +60,7 @@ async def test_each_action_is_in_the_audit_log(registry: RegistryHarness) -> Non
 async def test_audit_only_entries_are_never_published_to_agents(
     registry: RegistryHarness
 ) -> None:
-    await registry.create_adapter("bot", tenant="acme")
+    await routable(registry, "bot", tenant="acme")
     await registry.token("publisher", "acme")
     route = await registry.client.put("/v1/routes/task/t-1", json={"adapter": "bot"},
                                       headers=registry.admin_headers)

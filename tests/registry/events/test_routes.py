@@ -15,6 +15,7 @@ from loraplane.events import parse_event
 from registry_service.events.models import EventRow
 from registry_service.events.service import event_json
 from tests.registry.events.support import record, stream_messages
+from tests.registry.routing.support import routable
 from tests.registry.seed import BASE
 
 
@@ -56,7 +57,7 @@ async def test_events_pages_and_tenant_scope(registry: RegistryHarness) -> None:
 async def test_an_api_change_reaches_the_stream_and_the_audit_log(
     registry: RegistryHarness,
 ) -> None:
-    await registry.create_adapter("routed", tenant="acme", base_model=BASE)
+    await routable(registry, "routed", tenant="acme", base_model=BASE)
     put = await registry.client.put("/v1/routes/customer/c-42", json={"adapter": "routed"},
                                     headers=registry.admin_headers)
     assert put.status_code == 200, put.text

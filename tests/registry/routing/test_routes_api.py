@@ -22,6 +22,7 @@ from tests.registry.auth.principals import (
     or_admin,
     principals,
 )
+from tests.registry.routing.support import routable
 
 
 async def route_events(registry: RegistryHarness) -> list[RouteChanged]:
@@ -35,6 +36,7 @@ async def route_events(registry: RegistryHarness) -> list[RouteChanged]:
 
 async def put(registry: RegistryHarness, path: str, body: dict[str, Any],
               headers: dict[str, str] | None = None) -> Any:
+    """PUT a rule, which must succeed."""
     response = await registry.client.put(f"/v1/routes/{path}", json=body,
                                          headers=or_admin(registry, headers))
     assert response.status_code == 200, response.text
@@ -50,7 +52,7 @@ async def listed(registry: RegistryHarness, headers: dict[str, str] | None = Non
 
 
 async def test_put_route_matrix_of_roles_and_tenants(registry: RegistryHarness) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
+    await routable(registry, "bot", tenant=OWN)
     who = await principals(registry)
     created = []
     for i, (name, expected) in enumerate(PUBLISHER_WRITE.items()):
@@ -73,7 +75,7 @@ async def test_put_route_matrix_of_roles_and_tenants(registry: RegistryHarness) 
 
 
 async def test_delete_route_matrix_of_roles_and_tenants(registry: RegistryHarness) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
+    await routable(registry, "bot", tenant=OWN)
     who = await principals(registry)
     for i in range(len(PUBLISHER_WRITE)):
         await put(registry, f"task/t{i}", {"adapter": "bot"})
@@ -90,8 +92,8 @@ async def test_delete_route_matrix_of_roles_and_tenants(registry: RegistryHarnes
 
 
 async def test_listing_is_scoped_to_the_tokens_tenant(registry: RegistryHarness) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
-    await registry.create_adapter("helper", tenant=OTHER, base_model="other-model")
+    await routable(registry, "bot", tenant=OWN)
+    await routable(registry, "helper", tenant=OTHER, base_model="other-model")
     await put(registry, "customer/alice", {"adapter": "bot", "alias": "canary"})
     await put(registry, "task/summarize", {"adapter": "bot"})
     await put(registry, "default/default", {"adapter": "helper"})
@@ -112,8 +114,8 @@ async def test_listing_is_scoped_to_the_tokens_tenant(registry: RegistryHarness)
 
 
 async def test_every_change_writes_exactly_one_event(registry: RegistryHarness) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
-    await registry.create_adapter("bot-two", tenant=OWN)
+    await routable(registry, "bot", tenant=OWN)
+    await routable(registry, "bot-two", tenant=OWN)
     await put(registry, "customer/alice", {"adapter": "bot"})
     await put(registry, "customer/alice", {"adapter": "bot"})  # no change, no event
     await put(registry, "customer/alice", {"adapter": "bot", "alias": "canary"})
@@ -138,36 +140,87 @@ async def test_every_change_writes_exactly_one_event(registry: RegistryHarness) 
         [e.seq for e in events]
 
 
-async def test_replacing_another_tenants_rule_needs_rights_on_both(
-    registry: RegistryHarness,
-) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
-    await registry.create_adapter("helper", tenant=OTHER)
-    await put(registry, "customer/shared", {"adapter": "bot"})
+async def test_each_tenant_has_its_own_keys(registry: RegistryHarness) -> None:
+    """Fails on the shared namespace: the second tenant's PUT of the same key was a 404,
+    and whoever came first owned the key."""
+    await routable(registry, "bot", tenant=OWN)
+    await routable(registry, "helper", tenant=OTHER)
     who = await principals(registry)
-    before = len(await route_events(registry))
-    for name in (f"publisher@{OTHER}", f"admin@{OTHER}"):
-        response = await registry.client.put("/v1/routes/customer/shared",
-                                             json={"adapter": "helper"}, headers=who[name])
-        assert_error(response, 404, "route_not_found")
-    assert len(await route_events(registry)) == before
-    assert await listed(registry) == [("customer", "shared", "bot", "live")]
-    replaced = await put(registry, "customer/shared", {"adapter": "helper"})
-    assert (replaced["adapter"], replaced["tenant"]) == ("helper", OTHER)
+    await put(registry, "customer/shared", {"adapter": "bot"}, who[f"publisher@{OWN}"])
+    mine = await put(registry, "customer/shared", {"adapter": "helper"},
+                     who[f"publisher@{OTHER}"])
+    assert (mine["adapter"], mine["tenant"]) == ("helper", OTHER)
+    assert await listed(registry, who[f"reader@{OWN}"]) == [("customer", "shared", "bot", "live")]
+    assert await listed(registry, who[f"reader@{OTHER}"]) == [
+        ("customer", "shared", "helper", "live")]
+    assert await listed(registry, tenant=OTHER) == [("customer", "shared", "helper", "live")]
+    assert await listed(registry, tenant="nobody") == []
     events = await route_events(registry)
-    assert len(events) == before + 1 and events[-1].tenant == OTHER
-    # Now it is the other tenant's rule: the first tenant can neither see nor touch it.
-    assert await listed(registry, who[f"admin@{OWN}"]) == []
+    assert [(e.tenant, e.rule.tenant if e.rule else None) for e in events] == [
+        (OWN, OWN), (OTHER, OTHER)]
+    # A tenant's token may not name another tenant, whatever it does.
+    for method, body in (("PUT", {"adapter": "bot"}), ("DELETE", None), ("GET", None)):
+        url = "/v1/routes" if method == "GET" else "/v1/routes/customer/shared"
+        response = await registry.client.request(method, url, json=body,
+                                                 params={"tenant": OTHER},
+                                                 headers=who[f"admin@{OWN}"])
+        assert_error(response, 403, "tenant_forbidden")
+    # A global admin must say whose rule it deletes when two tenants have the key.
     response = await registry.client.delete("/v1/routes/customer/shared",
-                                            headers=who[f"publisher@{OWN}"])
-    assert_error(response, 404, "route_not_found")
+                                            headers=registry.admin_headers)
+    assert_error(response, 400, "tenant_required")
     response = await registry.client.delete("/v1/routes/customer/shared",
-                                            headers=who[f"publisher@{OTHER}"])
+                                            params={"tenant": OTHER},
+                                            headers=registry.admin_headers)
     assert response.status_code == 204, response.text
+    assert await listed(registry) == [("customer", "shared", "bot", "live")]
+    # With one tenant left holding it, the key alone is enough.
+    response = await registry.client.delete("/v1/routes/customer/shared",
+                                            headers=registry.admin_headers)
+    assert response.status_code == 204, response.text
+    assert await listed(registry) == []
+    # A global admin naming a tenant that is not the adapter's: the adapter is not there.
+    response = await registry.client.put("/v1/routes/task/x", json={"adapter": "bot"},
+                                         params={"tenant": OTHER},
+                                         headers=registry.admin_headers)
+    assert_error(response, 404, "adapter_not_found")
+
+
+async def test_a_tenant_cannot_take_the_default_route(registry: RegistryHarness) -> None:
+    """The issue's repro: a publisher of one tenant wrote ``default/!``, which sorted
+    before every other default and took the requests of every tenant."""
+    await routable(registry, "a-bot", tenant=OWN)
+    await routable(registry, "g-bot", tenant=OTHER)
+    who = await principals(registry)
+    await put(registry, "default/default", {"adapter": "g-bot"}, who[f"publisher@{OTHER}"])
+    for key in ("!", "!!", "zzz"):
+        response = await registry.client.put(f"/v1/routes/default/{key}",
+                                             json={"adapter": "a-bot"},
+                                             headers=who[f"publisher@{OWN}"])
+        assert_error(response, 422, "invalid_route_key")
+    await put(registry, "default/default", {"adapter": "a-bot"}, who[f"publisher@{OWN}"])
+    await put(registry, "default/default", {"adapter": "a-bot", "alias": "canary"},
+              who[f"publisher@{OWN}"])
+    assert await listed(registry, kind="default") == [
+        ("default", "default", "a-bot", "canary"), ("default", "default", "g-bot", "live")]
+
+
+async def test_a_rule_must_name_an_existing_alias(registry: RegistryHarness) -> None:
+    await routable(registry, "a-bot", tenant=OWN)
+    await registry.create_adapter("empty", tenant=OWN)
+    cases = (("a-bot", "nothere"), ("empty", "live"))
+    for adapter, alias in cases:
+        response = await registry.client.put("/v1/routes/customer/c",
+                                             json={"adapter": adapter, "alias": alias},
+                                             headers=registry.admin_headers)
+        assert_error(response, 404, "alias_not_found")
+        assert response.json()["error"]["detail"] == {"adapter": adapter, "alias": alias}
+    assert await route_events(registry) == []
+    assert await listed(registry) == []
 
 
 async def test_bad_input_is_refused_without_writing(registry: RegistryHarness) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
+    await routable(registry, "bot", tenant=OWN)
     cases: list[tuple[str, str, Any, int, str]] = [
         ("PUT", "/v1/routes/tenant/x", {"adapter": "bot"}, 422, "invalid_request"),
         ("PUT", "/v1/routes/customer/x", {"adapter": "bot", "alias": "Not A Slug"}, 422,
@@ -196,7 +249,7 @@ async def test_bad_input_is_refused_without_writing(registry: RegistryHarness) -
 
 
 async def test_a_deleted_adapter_cannot_be_routed_to(registry: RegistryHarness) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
+    await routable(registry, "bot", tenant=OWN)
     await put(registry, "customer/alice", {"adapter": "bot"})
     response = await registry.client.delete("/v1/adapters/bot", headers=registry.admin_headers)
     assert response.status_code == 204, response.text
@@ -207,7 +260,7 @@ async def test_a_deleted_adapter_cannot_be_routed_to(registry: RegistryHarness) 
 
 
 async def test_concurrent_puts_of_a_new_key_leave_one_rule(registry: RegistryHarness) -> None:
-    await registry.create_adapter("bot", tenant=OWN)
+    await routable(registry, "bot", tenant=OWN)
     aliases = [f"a{i}" for i in range(6)]
     responses = await asyncio.gather(*(
         registry.client.put("/v1/routes/task/race", json={"adapter": "bot", "alias": alias},
