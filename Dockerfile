@@ -15,7 +15,8 @@ RUN python -m venv /opt/loraplane \
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --user-group --no-create-home \
         --home-dir /var/lib/loraplane loraplane \
- && install -d -o loraplane -g loraplane -m 0750 /var/lib/loraplane
+ && install -d -o loraplane -g loraplane -m 0750 /var/lib/loraplane \
+ && install -d -o loraplane -g loraplane -m 0700 /run/loraplane
 COPY --from=build /opt/loraplane /opt/loraplane
 ENV PATH=/opt/loraplane/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -108,6 +108,12 @@ def run_agent(settings: AgentSettings) -> None:
 )
 @click.option("--token", default=None, help="Agent token for the registry.")
 @click.option(
+    "--token-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A file holding the agent token (a container secret), instead of --token.",
+)
+@click.option(
     "--nats-url",
     default=None,
     metavar="URL",

@@ -29,6 +29,8 @@ class AgentSettings(BaseSettings):
     # Where desired state comes from. Without a registry the agent serves --watch-dir only.
     registry: str | None = None
     token: SecretStr | None = None
+    # The token read from a file (a container secret); never together with ``token``.
+    token_file: Path | None = None
     nats_url: str | None = None
     vllm_url: str = "http://127.0.0.1:8000"
 
@@ -109,13 +111,30 @@ class AgentSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _read_token_file(self) -> AgentSettings:
+        if self.token_file is None:
+            return self
+        if self.token is not None:
+            raise ValueError("give --token or --token-file, not both")
+        try:
+            secret = self.token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--token-file {self.token_file}: cannot read it "
+                             f"({type(exc).__name__})") from None
+        if not secret or any(c.isspace() for c in secret):
+            raise ValueError(f"--token-file {self.token_file} must hold one token on one line")
+        self.token = SecretStr(secret)
+        return self
+
+    @model_validator(mode="after")
     def _sources(self) -> AgentSettings:
         if self.registry is None and self.watch_dir is None:
             raise ValueError("give --registry or --watch-dir (or both): nothing to serve")
         if self.nats_url is not None and self.registry is None:
             raise ValueError("--nats-url needs --registry (events only say what to re-read)")
         if self.registry is not None and self.token is None:
-            raise ValueError("--registry needs --token (an agent or admin token)")
+            raise ValueError("--registry needs --token or --token-file (an agent or admin "
+                             "token)")
         if self.base_model_config is not None and not self.base_model_config.is_file():
             raise ValueError(f"--base-model-config {self.base_model_config} is not a file")
         if self.watch_dir is not None and not self.watch_dir.is_dir():

@@ -25,10 +25,14 @@ def token_group() -> None:
     "clients of the agents' OpenAI API (one tenant, nothing on the registry).",
 )
 @click.option("--tenant", default=None, help="Scope the token to one tenant (default: global).")
+@click.option("--agent-id", default=None,
+              help="Role agent only: the one agent id it may report status for (default: "
+              "the first it reports as).")
 @pass_state
-def create_command(state: CliState, name: str, role: str, tenant: str | None) -> None:
+def create_command(state: CliState, name: str, role: str, tenant: str | None,
+                   agent_id: str | None) -> None:
     """Create a token called NAME and print its secret (shown only this once)."""
-    created = state.client().create_token(name, role, tenant=tenant)
+    created = state.client().create_token(name, role, tenant=tenant, agent_id=agent_id)
     out = state.output
 
     def render() -> None:

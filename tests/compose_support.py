@@ -87,6 +87,30 @@ def setting_fields(settings: type[BaseSettings] = RegistrySettings) -> set[str]:
     return {prefix + name.upper() for name in settings.model_fields}
 
 
+def service_networks(service: dict[str, Any]) -> set[str]:
+    """The networks a service joins (none named: the project's ``default``)."""
+    raw = service.get("networks")
+    return {str(n) for n in raw} if raw else {"default"}
+
+
+def runs_shell(service: dict[str, Any]) -> bool:
+    """The service runs a shell script in the image (a one-shot that calls the CLI)."""
+    entrypoint = service.get("entrypoint") or []
+    return "build" in service and bool(entrypoint) and entrypoint[0] in ("/bin/sh", "sh")
+
+
+def cli_envvars() -> set[str]:
+    """The ``LORAPLANE_*`` variables the CLI's global options read."""
+    return {str(p.envvar) for p in cli.params if isinstance(getattr(p, "envvar", None), str)}
+
+
+def shell_cli_calls(service: dict[str, Any]) -> list[list[str]]:
+    """Each ``loraplane ...`` call in a shell service's script, as argv."""
+    command = service.get("command") or []
+    script = interpolate(command if isinstance(command, str) else "\n".join(command))
+    return [shlex.split(m) for m in re.findall(r"\bloraplane\b[^;|&>\n]*", script)]
+
+
 def runs_agent(service: dict[str, Any]) -> bool:
     """The service runs `loraplane agent` (whose settings are AgentSettings)."""
     return "build" in service and (service_command(service) or [""])[0] == "agent"
@@ -205,6 +229,11 @@ def cli_problems(argv: list[str]) -> list[str]:
 def env_problems(compose: Compose) -> list[str]:
     problems = []
     for name, service in compose["services"].items():
+        if runs_shell(service):
+            problems += [f"{name}: {key} is not read by the loraplane CLI"
+                         for key in environment(service)
+                         if key.startswith(PREFIX) and key not in cli_envvars()]
+            continue
         settings = AgentSettings if runs_agent(service) else RegistrySettings
         fields = setting_fields(settings)
         for key in environment(service):
@@ -241,9 +270,19 @@ def image_problems(compose: Compose) -> list[str]:
         problems.append(f"Dockerfile: runs {default}, not `loraplane registry serve "
                         "--host 0.0.0.0`")
     problems += [f"Dockerfile: {p}" for p in cli_problems(default)]
+    return problems + service_image_problems(compose, instructions)
+
+
+def service_image_problems(compose: Compose, instructions: list[tuple[str, str]]
+                           ) -> list[str]:
+    """Each service built from the Dockerfile runs real CLI commands in it."""
+    problems = []
     for name, service in loraplane_services(compose).items():
-        argv = image_argv(instructions, service_command(service))
-        problems += [f"{name}: {p}" for p in cli_problems(argv)]
+        calls = (shell_cli_calls(service) if runs_shell(service)
+                 else [image_argv(instructions, service_command(service))])
+        if not calls:
+            problems.append(f"{name}: its script never calls loraplane")
+        problems += [f"{name}: {p}" for argv in calls for p in cli_problems(argv)]
         build = service["build"]
         context = build if isinstance(build, str) else build.get("context", ".")
         dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile",

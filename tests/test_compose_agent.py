@@ -40,7 +40,9 @@ from tests.compose_support import (
     interpolate,
     load_compose,
     service_command,
+    service_networks,
     setting_fields,
+    shell_cli_calls,
 )
 
 PROFILE = "gpu"
@@ -71,6 +73,10 @@ def agent_values(compose: Compose) -> dict[str, str]:
 def agent_settings_from(compose: Compose) -> AgentSettings:
     values: dict[str, Any] = {k: v for k, v in agent_values(compose).items()
                               if k not in CONTAINER_PATHS}
+    if "token_file" in values:
+        # The file exists only in the container (token_problems checks where it comes from).
+        values.pop("token_file")
+        values.setdefault("token", "lp_from-the-token-file")
     return ComposeAgentSettings(**values)
 
 
@@ -138,18 +144,61 @@ def agent_problems(compose: Compose) -> list[str]:
     if not _points_at(settings.vllm_url, "vllm", vllm_port):
         problems.append(f"agent: {settings.vllm_url} does not point at the vllm service "
                         f"on port {vllm_port}")
-    token = environment(services["agent"]).get("LORAPLANE_TOKEN", "")
-    if not token.startswith("${LORAPLANE_AGENT_TOKEN"):
-        problems.append("agent: LORAPLANE_TOKEN must come from the environment "
-                        "(LORAPLANE_AGENT_TOKEN)")
-    elif settings.token is None or (settings.token.get_secret_value()
-                                    != registry.get("LORAPLANE_ADMIN_TOKEN")):
-        problems.append("agent: its local default token is not the registry's local admin "
-                        "token: `docker compose up` would give it a 401")
     if settings.host != "0.0.0.0":
         problems.append(f"agent: listens on {settings.host}, unreachable from outside")
     if not any(str(p).endswith(f":{settings.port}") for p in services["agent"].get("ports", [])):
         problems.append(f"agent: container port {settings.port} is not published")
+    return problems
+
+
+def token_problems(compose: Compose) -> list[str]:
+    """The agent reads an agent token that the one-shot ``agent-token`` leaves in a volume;
+    no admin token (nor any literal token) is in its environment."""
+    services = compose["services"]
+    agent, minter = services["agent"], services.get("agent-token")
+    env = environment(agent)
+    admin = interpolate(environment(services["registry"]).get("LORAPLANE_ADMIN_TOKEN", ""))
+    problems = []
+    if "LORAPLANE_TOKEN" in env or any(admin and admin in interpolate(v) for v in env.values()):
+        problems.append("agent: holds a token in its environment; it must read its agent "
+                        "token from LORAPLANE_TOKEN_FILE")
+    path = interpolate(env.get("LORAPLANE_TOKEN_FILE", ""))
+    if minter is None or not path:
+        return [*problems, "agent: no LORAPLANE_TOKEN_FILE written by an agent-token service"]
+    if interpolate(environment(minter).get("TOKEN_FILE", "")) != path:
+        problems.append(f"agent-token: does not write {path}")
+    held, written = mount_of(agent, path), mount_of(minter, path)
+    if held is None or written is None or held[1] != written[1]:
+        problems.append(f"agent: {path} is not on the volume agent-token writes")
+    if depends_on(agent).get("agent-token") != "service_completed_successfully":
+        problems.append("agent: does not wait for agent-token to complete")
+    if PROFILE not in (minter.get("profiles") or []):
+        problems.append(f"agent-token: not in the {PROFILE!r} profile")
+    calls = shell_cli_calls(minter)
+    if not any(c[1:3] == ["token", "create"] and flag(c, "--role") == "agent" for c in calls):
+        problems.append("agent-token: does not create a token with --role agent")
+    return problems
+
+
+def network_problems(compose: Compose) -> list[str]:
+    """vLLM (runtime LoRA loading on) is reachable only from its agent."""
+    services, declared = compose["services"], compose.get("networks") or {}
+    vllm_nets = service_networks(services["vllm"])
+    problems = []
+    if services["vllm"].get("ports"):
+        problems.append("vllm: publishes a port")
+    for net in sorted(vllm_nets):
+        if not (declared.get(net) or {}).get("internal"):
+            problems.append(f"vllm: on network {net}, which is not internal")
+        others = sorted(name for name, svc in services.items()
+                        if name not in ("vllm", "agent") and net in service_networks(svc))
+        if others:
+            problems.append(f"vllm: shares network {net} with {', '.join(others)}")
+    agent_nets = service_networks(services["agent"])
+    if not vllm_nets & agent_nets:
+        problems.append("agent: shares no network with vllm")
+    if not service_networks(services["registry"]) & agent_nets:
+        problems.append("agent: shares no network with the registry")
     return problems
 
 
@@ -243,7 +292,8 @@ def all_problems(compose: Compose) -> list[str]:
     problems = agent_problems(compose)
     if "the agent and vllm services are missing" in problems:
         return problems
-    return (problems + vllm_problems(compose) + shared_file_problems(compose)
+    return (problems + token_problems(compose) + network_problems(compose)
+            + vllm_problems(compose) + shared_file_problems(compose)
             + health_problems(compose) + command_problems(compose) + env_problems(compose)
             + image_problems(compose))
 
@@ -260,6 +310,14 @@ def test_agent_variables_are_agent_settings() -> None:
 
 def test_agent_settings_are_valid_and_wired_to_the_services() -> None:
     assert agent_problems(load_compose()) == []
+
+
+def test_agent_reads_an_agent_token_never_the_admin_token() -> None:
+    assert token_problems(load_compose()) == []
+
+
+def test_only_the_agent_reaches_vllm() -> None:
+    assert network_problems(load_compose()) == []
 
 
 def test_vllm_serves_what_the_agent_expects_on_a_gpu() -> None:
@@ -310,9 +368,28 @@ BROKEN: list[tuple[Callable[[Compose], None], str]] = [
     (lambda c: _agent_env(c).update(LORAPLANE_NATS_URL="nats://nats:4333"),
      "the registry publishes on"),
     (lambda c: _agent_env(c).update(LORAPLANE_TOKEN="lp_hardcoded"),
-     "must come from the environment"),
-    (lambda c: _agent_env(c).update(LORAPLANE_TOKEN="${LORAPLANE_AGENT_TOKEN:-lp_other}"),
-     "would give it a 401"),
+     "holds a token in its environment"),
+    (lambda c: _agent_env(c).update(
+        LORAPLANE_TOKEN="${LORAPLANE_ADMIN_TOKEN:-lp_local-only-admin-token-change-me}"),
+     "holds a token in its environment"),
+    (lambda c: _agent_env(c).pop("LORAPLANE_TOKEN_FILE"), "no LORAPLANE_TOKEN_FILE"),
+    (lambda c: c["services"]["agent-token"]["environment"].update(TOKEN_FILE="/tmp/t"),
+     "agent-token: does not write"),
+    (lambda c: c["services"]["agent-token"].update(volumes=["other:/run/loraplane"]),
+     "is not on the volume agent-token writes"),
+    (lambda c: c["services"]["agent"]["depends_on"].pop("agent-token"),
+     "does not wait for agent-token"),
+    (lambda c: c["services"]["agent-token"].update(command=[
+        c["services"]["agent-token"]["command"][0].replace("--role agent", "--role admin")]),
+     "does not create a token with --role agent"),
+    (lambda c: c["services"]["vllm"].pop("networks"), "vllm: on network default"),
+    (lambda c: c["networks"]["vllm-net"].pop("internal"), "which is not internal"),
+    (lambda c: c["services"]["minio"].update(networks=["default", "vllm-net"]),
+     "vllm: shares network vllm-net with minio"),
+    (lambda c: c["services"]["vllm"].update(ports=["127.0.0.1:8000:8000"]),
+     "vllm: publishes a port"),
+    (lambda c: c["services"]["agent"].update(networks=["default"]),
+     "agent: shares no network with vllm"),
     (lambda c: _vllm_command(c, "--max-lora-rank", "16"), "--max-lora-rank 16"),
     (lambda c: _vllm_command(c, "--served-model-name", "other"), "serves 'other'"),
     (lambda c: _vllm_command(c, "--max-loras", "2"), "holds 2 adapters"),

@@ -127,8 +127,9 @@ def delete_route(kind: RouteKind, key: str) -> Call[None]:
 
 # Tokens
 
-def create_token(name: str, role: Role | str, tenant: str | None) -> Call[TokenCreated]:
-    body = _body(name=name, role=str(role), tenant=tenant)
+def create_token(name: str, role: Role | str, tenant: str | None,
+                 agent_id: str | None = None) -> Call[TokenCreated]:
+    body = _body(name=name, role=str(role), tenant=tenant, agent_id=agent_id)
     return Call("POST", path("tokens"), model(TokenCreated), json=body)
 
 

@@ -216,9 +216,11 @@ class AsyncRegistryClient:
     # Tokens
 
     async def create_token(self, name: str, role: Role | str, *,
-                     tenant: str | None = None) -> TokenCreated:
-        """A new token; its ``secret`` is in this answer only."""
-        return await self.send(api.create_token(name, role, tenant))
+                     tenant: str | None = None,
+                     agent_id: str | None = None) -> TokenCreated:
+        """A new token; its ``secret`` is in this answer only. ``agent_id`` binds an agent
+        token to one agent id (else its first status report does)."""
+        return await self.send(api.create_token(name, role, tenant, agent_id))
 
     async def list_tokens(self, *, include_revoked: bool = False) -> TokenList:
         return await self.send(api.list_tokens(include_revoked))

@@ -76,6 +76,21 @@ def test_watch_dir_without_a_registry_needs_a_good_keys_file(tmp_path: Path) -> 
             "--watch-tenant")
 
 
+def test_a_token_file_is_one_token_and_never_echoed(tmp_path: Path) -> None:
+    agent = ["agent", "--base-model", "m", "--registry", "http://r"]
+    token_file = tmp_path / "agent-token"
+    refused(run([*agent, "--token-file", str(token_file)]), "--token-file", "cannot read it")
+    for content in ("", "\n", "lp_one lp_two\n"):
+        token_file.write_text(content)
+        refused(run([*agent, "--token-file", str(token_file)]), "one token on one line")
+    token_file.write_text("lp_from-a-file\n")
+    text = refused(run([*agent, "--token-file", str(token_file), "--token", "lp_other"]),
+                   "give --token or --token-file, not both")
+    assert "lp_from-a-file" not in text and "lp_other" not in text
+    text = refused(run([*agent, "--token-file", str(token_file), "--port", "70000"]), "--port")
+    assert "lp_from-a-file" not in text
+
+
 def test_flags_checked_by_click_and_by_the_settings(tmp_path: Path) -> None:
     refused(run(["agent", "--base-model", "m", "--port", "70000"]), "--port")
     refused(run(["agent", "--base-model", "m", "--max-loaded", "0"]), "--max-loaded")
