@@ -254,6 +254,23 @@ def test_errors_are_one_clear_message_and_a_non_zero_exit(served: ServedRegistry
     assert "[base_model_mismatch]" in invalid.stderr
 
 
+def test_push_takes_a_save_pretrained_folder_unchanged(served: ServedRegistry,
+                                                     tmp_path: Path) -> None:
+    """What PEFT's save_pretrained writes: a local base path and a README.md."""
+    served.run("adapters", "create", "peft-bot", "--base-model", "tiny-llama", "--tenant", "acme")
+    folder = make_adapter(tmp_path / "out", base_model=str(tmp_path / "base"), seed=3)
+    (folder / "README.md").write_text("---\nlibrary_name: peft\n---\n")
+    pushed = served.run("push", "peft-bot", str(folder))
+    assert "published" in pushed.stdout
+    assert "without a shape check here" in " ".join(pushed.stderr.split())
+    for fmt in ("tar.gz", "zip"):
+        archive = pack_adapter(folder, tmp_path / f"out.{fmt}", fmt=fmt)  # type: ignore[arg-type]
+        again = served.run("--json", "push", "peft-bot", str(archive)).json()
+        assert (again["version"], again["created"]) == (1, False)
+        assert [f["name"] for f in again["files"]] == ["adapter_config.json",
+                                                        "adapter_model.safetensors"]
+
+
 def test_push_draws_progress_only_on_a_terminal(served: ServedRegistry, tmp_path: Path) -> None:
     served.run("adapters", "create", "tty-bot", "--base-model", "tiny-llama", "--tenant", "acme")
     folder = make_adapter(tmp_path / "big", hidden=512, intermediate=1024, layers=4)
