@@ -264,7 +264,7 @@ def test_push_takes_a_save_pretrained_folder_unchanged(served: ServedRegistry,
     assert "published" in pushed.stdout
     assert "without a shape check here" in " ".join(pushed.stderr.split())
     for fmt in ("tar.gz", "zip"):
-        archive = pack_adapter(folder, tmp_path / f"out.{fmt}", fmt=fmt)  # type: ignore[arg-type]
+        archive = pack_adapter(folder, tmp_path / f"out.{fmt}", fmt=fmt)
         again = served.run("--json", "push", "peft-bot", str(archive)).json()
         assert (again["version"], again["created"]) == (1, False)
         assert [f["name"] for f in again["files"]] == ["adapter_config.json",
