@@ -308,6 +308,13 @@ def test_registry_commands_refuse_bad_settings_and_migrate(tmp_path: Path) -> No
     assert "invalid registry settings" in bad.stderr
     assert "port (LORAPLANE_PORT): Input should be less than or equal to 65535" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "x").exists()
+    unpaired = cli("registry", "serve", "--base-model-config", "tiny-llama")
+    assert unpaired.returncode == 2 and "is not NAME=PATH" in unpaired.stderr
+    unreadable = cli("registry", "serve", "--data-dir", str(tmp_path / "x"),
+                     "--base-model-config", f"tiny-llama={tmp_path / 'none.json'}")
+    assert unreadable.returncode == 2, unreadable.stderr
+    assert "base_model_configs['tiny-llama']: cannot read base model config" in (
+        " ".join(unreadable.stderr.split()))
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     up = cli("--json", "registry", "migrate", "--database-url", url)
