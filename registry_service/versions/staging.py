@@ -82,13 +82,14 @@ def _hash_all(paths: list[Path]) -> list[ReceivedFile]:
 def _unpack(upload: ReceivedUpload, staging: Path, settings: RegistrySettings) -> tuple[
     Path, list[ReceivedFile]
 ]:
+    kept = drop_ignored_files([f.path for f in upload.files])
+    received = [f for f in upload.files if f.path in kept]
     archive = upload.archive
     if archive is None:
-        kept = drop_ignored_files([f.path for f in upload.files])
-        return staging, [f for f in upload.files if f.path in kept]
-    if len(upload.files) > 1:
+        return staging, received
+    if len(received) > 1:
         raise AdapterInvalid("unknown_file", "an archive must be the only file of an upload",
-                             {"files": sorted(f.name for f in upload.files)})
+                             {"files": sorted(f.name for f in received)})
     dest = staging / "extracted"
     dest.mkdir()
     paths = extract_archive(archive.path, dest, max_total_bytes=settings.max_upload_bytes,

@@ -92,6 +92,17 @@ async def test_folder_zip_and_tar_give_one_version(
     assert len(digests) == 1
 
 
+async def test_readme_next_to_an_archive_is_ignored_too(
+    embedded_registry: RegistryHarness, tmp_path: Path
+) -> None:
+    await embedded_registry.create_adapter("bot")
+    folder = save_pretrained_like(tmp_path / "out", None)
+    parts = [*parts_of(folder, "zip"), ("files", ("README.md", b"# notes\n"))]
+    response = await upload(embedded_registry, "bot", parts)
+    assert response.status_code == 201, response.text
+    assert len(response.json()["files"]) == 2
+
+
 @pytest.mark.parametrize("base_model", ["meta-llama/Llama-3.2-1B", "/data/base", None])
 async def test_known_shapes_decide_not_the_name(
     shaped_registry: RegistryHarness, tmp_path: Path, base_model: str | None
