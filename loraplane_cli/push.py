@@ -98,6 +98,8 @@ def render_result(out: Output, result: UploadResult) -> None:
             out.line(f"  {alias_move_line(move)}", markup=False)
     else:
         out.line("aliases: none moved")
+    for warning in result.warnings:
+        out.warn(warning)
 
 
 @click.command("push", short_help="Upload a PEFT adapter as a new version.")

@@ -66,6 +66,17 @@ def database_options(command: Callable[..., None]) -> Callable[..., None]:
     return data_dir(database_url(command))
 
 
+def _name_paths(values: tuple[str, ...]) -> dict[str, str] | None:
+    """``NAME=PATH`` pairs as a dict; None (the environment decides) when none are given."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not (sep and name and path):
+            raise click.BadParameter(f"{value!r} is not NAME=PATH")
+        pairs[name] = path
+    return pairs or None
+
+
 @registry_group.command("serve")
 @click.option("--host", default=None, help="Interface to listen on. [default: 127.0.0.1]")
 @click.option(
@@ -87,6 +98,15 @@ def database_options(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option(
     "--nats-url", default=None, help="NATS JetStream URL. [default: an embedded nats-server]"
+)
+@click.option(
+    "--base-model-config",
+    "base_model_configs",
+    multiple=True,
+    metavar="NAME=PATH",
+    callback=lambda _ctx, _param, values: _name_paths(values),
+    help="The HF config.json (or its folder) of base model NAME; uploads for it are then "
+    "judged by tensor shapes. Repeatable.",
 )
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None, help="[default: info]")
 @pass_state

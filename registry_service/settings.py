@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loraplane.lora.base_model import BaseModelShapes, UnsupportedBaseModel
+
 DEFAULT_DATA_DIR = Path.home() / ".loraplane"
 ADMIN_TOKEN_FILE = "admin-token"
 
@@ -70,6 +72,10 @@ class RegistrySettings(BaseSettings):
     # How long an upload may take from storing its blobs to its commit.
     blob_upload_lease_s: float = Field(default=3600.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Registered base model name -> its HF config.json (or the folder holding it).
+    # Uploads for a base model named here are judged by tensor shapes; see
+    # loraplane/lora/validate.py. A JSON object in LORAPLANE_BASE_MODEL_CONFIGS.
+    base_model_configs: dict[str, Path] = Field(default_factory=dict)
 
     @field_validator("database_url")
     @classmethod
@@ -98,7 +104,23 @@ class RegistrySettings(BaseSettings):
                              "relay_publish_timeout_s")
         if self.max_file_bytes > self.max_upload_bytes:
             raise ValueError("max_file_bytes must not exceed max_upload_bytes")
+        for name in self.base_model_configs:
+            self.base_shapes(name)
         return self
+
+    def base_shapes(self, base_model: str) -> BaseModelShapes | None:
+        """The shapes of ``base_model`` when its config is configured, else None.
+
+        Read per upload (a few KB), so an edited config needs no restart; a
+        config that became unreadable fails that upload, not silently passes it.
+        """
+        path = self.base_model_configs.get(base_model)
+        if path is None:
+            return None
+        try:
+            return BaseModelShapes.from_hf_config(path)
+        except UnsupportedBaseModel as exc:
+            raise ValueError(f"base_model_configs[{base_model!r}]: {exc}") from None
 
     @property
     def effective_database_url(self) -> str:

@@ -22,6 +22,9 @@ class VersionOut(VersionRef):
 class UploadResult(VersionOut):
     created: bool
     aliases: list[AliasState]
+    # What the registry accepted without fully checking it (e.g. a config that names a
+    # local path as its base model); shown to the publisher, not stored.
+    warnings: list[str] = []
 
 
 class VersionPage(BaseModel):

@@ -116,12 +116,30 @@ def _load_config(path: Path) -> Mapping[str, Any]:
     return config
 
 
-def check_against_base(summary: TensorSummary, shapes: BaseModelShapes) -> None:
+def check_against_base(
+    summary: TensorSummary, shapes: BaseModelShapes, *, base_model: str | None = None
+) -> None:
     """Refuse modules the base model lacks or whose shapes differ from it.
 
     Raises :class:`AdapterInvalid` with ``target_module_unknown`` or
-    ``shape_mismatch``.
+    ``shape_mismatch``; ``base_model`` (its registered name) goes into the
+    message that says how to fix it.
     """
+    try:
+        _check_modules(summary, shapes)
+    except AdapterInvalid as exc:
+        if exc.code != "shape_mismatch":
+            raise
+        named = "the base model" if base_model is None else f"base model {base_model!r}"
+        raise AdapterInvalid(
+            exc.code,
+            f"{exc.message}: this adapter was trained for another model than {named}; "
+            "push it to an adapter registered for the base model it was trained on",
+            exc.detail,
+        ) from None
+
+
+def _check_modules(summary: TensorSummary, shapes: BaseModelShapes) -> None:
     features = shapes.module_features()
     for module in summary.modules.values():
         if module.short_name not in features:

@@ -1,14 +1,21 @@
 """Validate a PEFT LoRA adapter directory end to end.
 
-The registry calls this at upload (no base model at hand: ``base_shapes`` is
-None) and the agent before loading into vLLM (with the base model's shapes
-and vLLM's ``max_lora_rank``). Cheap header checks run first; the full value
-scan, which reads every byte in bounded chunks, runs last.
+The registry calls this at upload (with the base model's shapes when its
+operator configured them, see ``base_model_configs``) and the agent before
+loading into vLLM (with the base model's shapes and vLLM's ``max_lora_rank``).
+Cheap header checks run first; the full value scan, which reads every byte in
+bounded chunks, runs last.
+
+Whether an adapter belongs to a base model is judged by its tensors' shapes,
+not by the ``base_model_name_or_path`` string PEFT's ``save_pretrained``
+writes: that string is often the local path the base was loaded from, or
+null, or a hub id other than the name the base is served under.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +35,11 @@ from loraplane.lora.tensors import check_tensors
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 ALLOWED_FILES = (CONFIG_FILE, WEIGHTS_FILE)
+# Written by save_pretrained next to the adapter; never part of a version. One rule
+# for every way an adapter arrives (folder, zip, tar.gz, multipart, a watched folder).
+IGNORED_FILES = frozenset({"README.md"})
+# A hub id ("name" or "org/name"); anything else in base_model_name_or_path is a path.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _PICKLE_FILES = frozenset({"adapter_model.bin", "adapter_model.pt", "pytorch_model.bin"})
 
 
@@ -42,6 +54,7 @@ class AdapterSummary:
     dtypes: tuple[str, ...] = ()
     num_tensors: int = 0
     use_rslora: bool = False
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, for version metadata and events."""
@@ -60,13 +73,14 @@ def validate_adapter_dir(
 ) -> AdapterSummary:
     """Check every rule an adapter must meet; raise :class:`AdapterInvalid` otherwise.
 
-    ``expected_base_model`` must equal the config's ``base_model_name_or_path``
-    (trailing slashes aside); ``max_rank`` is vLLM's ``max_lora_rank``.
+    ``expected_base_model`` is the base model the adapter is registered for;
+    see :func:`_check_base_model` for how the config's ``base_model_name_or_path``
+    is weighed against it. ``max_rank`` is vLLM's ``max_lora_rank``.
     """
     directory = Path(directory)
     files = _list_files(directory)
     config = parse_lora_config(directory / CONFIG_FILE)
-    _check_base_model(config, expected_base_model)
+    warnings = _check_base_model(config, expected_base_model, base_shapes)
     weights = directory / WEIGHTS_FILE
     header = read_header(weights, max_header_bytes=max_header_bytes)
     summary = check_tensors(header, config)
@@ -76,7 +90,7 @@ def validate_adapter_dir(
     _check_rank(rank, max_rank)
     check_float_dtypes(header)
     if base_shapes is not None:
-        check_against_base(summary, base_shapes)
+        check_against_base(summary, base_shapes, base_model=expected_base_model)
     if check_values:
         scan_finite(weights, header)
     return AdapterSummary(
@@ -89,6 +103,7 @@ def validate_adapter_dir(
         dtypes=summary.dtypes,
         num_tensors=len(header.tensors),
         use_rslora=config.use_rslora,
+        warnings=warnings,
     )
 
 
@@ -109,6 +124,8 @@ def _list_files(directory: Path) -> tuple[str, ...]:
             mode = entry.stat(follow_symlinks=False).st_mode
             if entry.name in ALLOWED_FILES and stat.S_ISREG(mode):
                 present.append(entry.name)
+            elif entry.name in IGNORED_FILES and stat.S_ISREG(mode):
+                continue
             else:
                 unknown.append(entry.name + ("/" if stat.S_ISDIR(mode) else ""))
     if unknown:
@@ -140,13 +157,47 @@ def _unknown_message(unknown: list[str]) -> str:
     )
 
 
-def _check_base_model(config: LoraConfig, expected: str | None) -> None:
-    if expected is None:
-        return
+def drop_ignored_files(paths: list[Path]) -> list[Path]:
+    """Delete the files :data:`IGNORED_FILES` names (a ``README.md``) and return the rest."""
+    kept = []
+    for path in paths:
+        if path.name in IGNORED_FILES and path.is_file() and not path.is_symlink():
+            path.unlink()
+        else:
+            kept.append(path)
+    return kept
+
+
+def is_local_path(name: str | None) -> bool:
+    """Whether ``base_model_name_or_path`` is a path rather than a model's name."""
+    return name is not None and _HUB_ID.fullmatch(name) is None
+
+
+def _check_base_model(
+    config: LoraConfig, expected: str | None, shapes: BaseModelShapes | None
+) -> tuple[str, ...]:
+    """Weigh the config's base model string; return warnings, or refuse.
+
+    The string decides nothing when it names the registered base model. When
+    the base model's shapes are known they decide (checked later), whatever the
+    string says. Without them, a null or a local path is accepted (the agent
+    checks the shapes before loading); only a different model *name* is refused.
+    """
     actual = config.base_model_name_or_path
-    if actual is None or actual.rstrip("/") != expected.rstrip("/"):
-        raise AdapterInvalid(
-            "base_model_mismatch",
-            f"adapter was trained on {actual!r}, expected {expected!r}",
-            {"base_model": actual, "expected_base_model": expected},
-        )
+    if expected is None or (actual is not None and actual.rstrip("/") == expected.rstrip("/")):
+        return ()
+    shown = "no base model" if actual is None else f"base model {actual!r}"
+    if shapes is not None:
+        return (f"adapter_config.json names {shown}; accepted because its tensors fit the "
+                f"shapes of {expected!r}",)
+    if actual is None or is_local_path(actual):
+        return (f"adapter_config.json names {shown}; accepted for {expected!r} without a "
+                "shape check here (the inference agent checks shapes before loading)",)
+    raise AdapterInvalid(
+        "base_model_mismatch",
+        f"adapter was trained on {actual!r}, but this adapter is registered for base model "
+        f"{expected!r}. If it really is another model, create an adapter with "
+        f"--base-model {actual}; if it is the same model under another name, the registry "
+        "operator can set LORAPLANE_BASE_MODEL_CONFIGS so uploads are judged by tensor shapes",
+        {"base_model": actual, "expected_base_model": expected},
+    )

@@ -167,7 +167,8 @@ async def _add_version(
         states.append(await move_alias_locked(session, adapter, alias, version,
                                               action="publish", actor=principal.name))
     out = version_out(adapter, version)
-    return UploadResult(**out.model_dump(), created=created, aliases=states)
+    return UploadResult(**out.model_dump(), created=created, aliases=states,
+                        warnings=list(staged.summary.warnings))
 
 
 def _new_version(adapter: Adapter, staged: StagedVersion, principal: Principal,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from loraplane.digest import sha256_file, version_digest
 from loraplane.lora.archive import extract_archive
+from loraplane.lora.base_model import BaseModelShapes
 from loraplane.lora.errors import AdapterInvalid
-from loraplane.lora.validate import AdapterSummary, validate_adapter_dir
+from loraplane.lora.validate import AdapterSummary, drop_ignored_files, validate_adapter_dir
 from registry_service.errors import InsufficientStorage, LocalStorageError
 from registry_service.settings import RegistrySettings
 from registry_service.versions.upload import ReceivedFile, ReceivedUpload
@@ -81,28 +82,43 @@ def _hash_all(paths: list[Path]) -> list[ReceivedFile]:
 def _unpack(upload: ReceivedUpload, staging: Path, settings: RegistrySettings) -> tuple[
     Path, list[ReceivedFile]
 ]:
+    kept = drop_ignored_files([f.path for f in upload.files])
+    received = [f for f in upload.files if f.path in kept]
     archive = upload.archive
     if archive is None:
-        return staging, upload.files
-    if len(upload.files) > 1:
+        return staging, received
+    if len(received) > 1:
         raise AdapterInvalid("unknown_file", "an archive must be the only file of an upload",
-                             {"files": sorted(f.name for f in upload.files)})
+                             {"files": sorted(f.name for f in received)})
     dest = staging / "extracted"
     dest.mkdir()
     paths = extract_archive(archive.path, dest, max_total_bytes=settings.max_upload_bytes,
                             max_members=settings.max_archive_members,
                             max_file_bytes=settings.max_file_bytes)
     archive.path.unlink()
-    return dest, _hash_all(paths)
+    return dest, _hash_all(drop_ignored_files(paths))
 
 
 def _stage_sync(upload: ReceivedUpload, staging: Path, settings: RegistrySettings,
                 base_model: str) -> StagedVersion:
     folder, files = _unpack(upload, staging, settings)
     summary = validate_adapter_dir(folder, expected_base_model=base_model,
+                                   base_shapes=_base_shapes(settings, base_model),
                                    max_header_bytes=settings.max_header_bytes)
+    for warning in summary.warnings:
+        log.info("upload for base model %r: %s", base_model, warning)
     digest = version_digest((f.name, f.size, f.sha256) for f in files)
     return StagedVersion(files=files, summary=summary, digest=digest)
+
+
+def _base_shapes(settings: RegistrySettings, base_model: str) -> BaseModelShapes | None:
+    try:
+        return settings.base_shapes(base_model)
+    except ValueError as exc:
+        # The operator's config, not the upload, is at fault: a 5xx, not a refusal.
+        log.error("%s", exc)
+        raise LocalStorageError("the registry cannot read its config of this base model",
+                                detail={"base_model": base_model}) from exc
 
 
 async def stage_version(upload: ReceivedUpload, staging: Path, settings: RegistrySettings,

@@ -17,7 +17,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from loraplane.lora.errors import AdapterInvalid
-from loraplane.lora.validate import ALLOWED_FILES
+from loraplane.lora.validate import ALLOWED_FILES, IGNORED_FILES
 from registry_service.errors import BadRequest, PayloadTooLarge
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
@@ -75,7 +75,7 @@ def _check_filename(filename: str) -> str:
         raise AdapterInvalid(
             "unknown_file", f"file name {filename[:64]!r}... is longer than "
             f"{MAX_FILENAME_BYTES} bytes", {"file": filename[:64]})
-    if filename not in ALLOWED_FILES and not is_archive(filename):
+    if filename not in (*ALLOWED_FILES, *IGNORED_FILES) and not is_archive(filename):
         raise AdapterInvalid(
             "unknown_file",
             f"unexpected file {filename!r}; send {', '.join(ALLOWED_FILES)} or one "

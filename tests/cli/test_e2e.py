@@ -254,6 +254,23 @@ def test_errors_are_one_clear_message_and_a_non_zero_exit(served: ServedRegistry
     assert "[base_model_mismatch]" in invalid.stderr
 
 
+def test_push_takes_a_save_pretrained_folder_unchanged(served: ServedRegistry,
+                                                     tmp_path: Path) -> None:
+    """What PEFT's save_pretrained writes: a local base path and a README.md."""
+    served.run("adapters", "create", "peft-bot", "--base-model", "tiny-llama", "--tenant", "acme")
+    folder = make_adapter(tmp_path / "out", base_model=str(tmp_path / "base"), seed=3)
+    (folder / "README.md").write_text("---\nlibrary_name: peft\n---\n")
+    pushed = served.run("push", "peft-bot", str(folder))
+    assert "published" in pushed.stdout
+    assert "without a shape check here" in " ".join(pushed.stderr.split())
+    for fmt in ("tar.gz", "zip"):
+        archive = pack_adapter(folder, tmp_path / f"out.{fmt}", fmt=fmt)
+        again = served.run("--json", "push", "peft-bot", str(archive)).json()
+        assert (again["version"], again["created"]) == (1, False)
+        assert [f["name"] for f in again["files"]] == ["adapter_config.json",
+                                                        "adapter_model.safetensors"]
+
+
 def test_push_draws_progress_only_on_a_terminal(served: ServedRegistry, tmp_path: Path) -> None:
     served.run("adapters", "create", "tty-bot", "--base-model", "tiny-llama", "--tenant", "acme")
     folder = make_adapter(tmp_path / "big", hidden=512, intermediate=1024, layers=4)
@@ -291,6 +308,13 @@ def test_registry_commands_refuse_bad_settings_and_migrate(tmp_path: Path) -> No
     assert "invalid registry settings" in bad.stderr
     assert "port (LORAPLANE_PORT): Input should be less than or equal to 65535" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "x").exists()
+    unpaired = cli("registry", "serve", "--base-model-config", "tiny-llama")
+    assert unpaired.returncode == 2 and "is not NAME=PATH" in unpaired.stderr
+    unreadable = cli("registry", "serve", "--data-dir", str(tmp_path / "x"),
+                     "--base-model-config", f"tiny-llama={tmp_path / 'none.json'}")
+    assert unreadable.returncode == 2, unreadable.stderr
+    assert "base_model_configs['tiny-llama']: cannot read base model config" in (
+        " ".join(unreadable.stderr.split()))
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     up = cli("--json", "registry", "migrate", "--database-url", url)

@@ -50,7 +50,7 @@ def test_missing_files(tmp_path: Path) -> None:
     expect_refusal("missing_config", validate_adapter_dir, adapter)
 
 
-@pytest.mark.parametrize("extra", ["README.md", "adapter_model.bin", "nested/", "link"])
+@pytest.mark.parametrize("extra", ["notes.txt", "adapter_model.bin", "nested/", "link"])
 def test_unknown_files(tmp_path: Path, extra: str) -> None:
     adapter = make_adapter(tmp_path / "a")
     if extra.endswith("/"):
@@ -79,14 +79,54 @@ def test_oversized_config(tmp_path: Path) -> None:
     assert expect_refusal("file_too_large", validate_adapter_dir, adapter).too_large
 
 
-@pytest.mark.parametrize("actual", ["other-model", None])
-def test_base_model_mismatch(tmp_path: Path, actual: str | None) -> None:
-    adapter = make_adapter(tmp_path / "a", base_model=actual)
+def test_readme_of_save_pretrained_is_ignored(tmp_path: Path) -> None:
+    adapter = make_adapter(tmp_path / "a")
+    (adapter / "README.md").write_text("---\nlibrary_name: peft\n---\n")
+    assert validate_adapter_dir(adapter).files == ALLOWED_FILES
+
+
+def test_other_model_name_is_refused_without_shapes(tmp_path: Path) -> None:
+    adapter = make_adapter(tmp_path / "a", base_model="other-org/other-model")
     validate_adapter_dir(adapter)
     error = expect_refusal(
         "base_model_mismatch", validate_adapter_dir, adapter, expected_base_model="tiny-llama"
     )
-    assert error.detail == {"base_model": actual, "expected_base_model": "tiny-llama"}
+    assert error.detail == {
+        "base_model": "other-org/other-model", "expected_base_model": "tiny-llama"
+    }
+    assert "--base-model other-org/other-model" in error.message
+    assert "LORAPLANE_BASE_MODEL_CONFIGS" in error.message
+
+
+@pytest.mark.parametrize("actual", [None, "/home/me/models/tiny", "./base", "C:\\m\\tiny",
+                                    "~/tiny", "runs/x/base"])
+def test_path_or_null_is_accepted_without_shapes(tmp_path: Path, actual: str | None) -> None:
+    adapter = make_adapter(tmp_path / "a", base_model=actual)
+    summary = validate_adapter_dir(adapter, expected_base_model="tiny-llama")
+    assert summary.base_model == actual
+    assert len(summary.warnings) == 1
+    assert "without a shape check" in summary.warnings[0]
+
+
+@pytest.mark.parametrize("actual", [None, "/home/me/models/tiny", "meta-llama/Other"])
+def test_shapes_decide_when_known(
+    tmp_path: Path, shapes: BaseModelShapes, actual: str | None
+) -> None:
+    adapter = make_adapter(tmp_path / "a", base_model=actual, kv_heads=2)
+    summary = validate_adapter_dir(adapter, expected_base_model="tiny-llama", base_shapes=shapes)
+    assert "accepted because its tensors fit" in summary.warnings[0]
+    named = make_adapter(tmp_path / "b", kv_heads=2)
+    assert validate_adapter_dir(
+        named, expected_base_model="tiny-llama", base_shapes=shapes
+    ).warnings == ()
+
+
+def test_other_shapes_are_refused_with_a_fix(tmp_path: Path, shapes: BaseModelShapes) -> None:
+    adapter = make_adapter(tmp_path / "a", hidden=64, intermediate=128, kv_heads=2)
+    error = expect_refusal("shape_mismatch", validate_adapter_dir, adapter,
+                           expected_base_model="tiny-llama", base_shapes=shapes)
+    assert "trained for another model than base model 'tiny-llama'" in error.message
+    assert "push it to an adapter registered for the base model" in error.message
 
 
 def test_rank_limits(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js.client import JetStreamContext
 from pydantic import ValidationError
 
+from devharness.adapters import make_base_config
 from devharness.registry import RegistryHarness
 from devharness.services import (
     NatsService,
@@ -342,3 +343,16 @@ async def test_openapi_and_docs(registry: RegistryHarness) -> None:
     assert docs.status_code == 200
     assert "swagger" in docs.text.lower() and "/openapi.json" in docs.text
     json.dumps(document)  # the whole document is plain JSON
+
+
+def test_base_model_configs_are_read_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_base_config(tmp_path / "tiny.json", hidden=64, intermediate=128)
+    monkeypatch.setenv("LORAPLANE_BASE_MODEL_CONFIGS", json.dumps({"tiny-llama": str(config)}))
+    shapes = RegistrySettings().base_shapes("tiny-llama")
+    assert shapes is not None and shapes.hidden_size == 64
+    assert RegistrySettings().base_shapes("other") is None
+    missing = str(tmp_path / "nope.json")
+    with pytest.raises(ValidationError, match="base_model_configs\\['tiny-llama'\\]"):
+        RegistrySettings(base_model_configs={"tiny-llama": missing})
