@@ -13,6 +13,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from loraplane.nats_flags import nats_options
 from loraplane_cli.client import CliError
 from loraplane_cli.context import CliState, pass_state
 from registry_service.settings import RegistrySettings
@@ -88,6 +89,7 @@ def database_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option(
     "--nats-url", default=None, help="NATS JetStream URL. [default: an embedded nats-server]"
 )
+@nats_options
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None, help="[default: info]")
 @pass_state
 def serve_command(state: CliState, /, **options: Any) -> None:
