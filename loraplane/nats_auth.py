@@ -183,6 +183,12 @@ def describe_error(exc: BaseException) -> str:
     return mask_url(f"{type(exc).__name__}: {exc}")[:300]
 
 
+# What a connection that the server refused ends with; less telling than the refusal.
+_AFTERMATH = frozenset({"UnexpectedEOF", "ConnectionClosedError", "StaleConnectionError",
+                        "ConnectionResetError", "BrokenPipeError", "TimeoutError",
+                        "IncompleteReadError", "OutboundBufferLimitError"})
+
+
 class ConnectErrors:
     """Remembers what nats-py reported while connecting, for when the attempt times out.
 
@@ -195,7 +201,10 @@ class ConnectErrors:
         self.last: BaseException | None = None
 
     def record(self, exc: BaseException) -> None:
-        self.last = exc
+        # A refusal is usually followed by the server closing the socket: keep the refusal.
+        if self.last is None or type(exc).__name__ not in _AFTERMATH \
+                or type(self.last).__name__ in _AFTERMATH:
+            self.last = exc
 
     def reason(self, exc: BaseException) -> str:
         """Why a connection attempt that ended with ``exc`` failed."""
