@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import ipaddress
 import json
 import os
 import secrets
@@ -123,8 +124,6 @@ def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Nam
                .not_valid_after(now + datetime.timedelta(days=1))
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if ip is not None:
-        import ipaddress  # noqa: PLC0415
-
         builder = builder.add_extension(x509.SubjectAlternativeName(
             [x509.IPAddress(ipaddress.ip_address(ip)), x509.DNSName("localhost")]),
             critical=False)

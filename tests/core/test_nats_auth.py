@@ -54,7 +54,7 @@ def _seed_file(path: Path) -> tuple[Path, str]:
     return path, user.public_key.decode()
 
 
-@pytest.fixture(params=["user_password", "token", "nkey", "creds", "tls"])
+@pytest.fixture(params=["user_password", "token", "nkey", "creds", "tls", "tls_first"])
 def secured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Secured]:
     kind = str(request.param)
     work = tmp_path / kind
@@ -79,12 +79,13 @@ def secured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Secured]
         good = NatsSecurity(creds_file=operator.creds_file)
         wrong = NatsSecurity(creds_file=operator.stranger_creds_file)
     else:
-        pki = make_pki(work)
-        config = tls_config(pki)
+        pki, first = make_pki(work), kind == "tls_first"
+        config = tls_config(pki, handshake_first=first)
         good = NatsSecurity(tls_ca_file=pki.ca_file, tls_cert_file=pki.client_cert,
-                            tls_key_file=pki.client_key)
+                            tls_key_file=pki.client_key, tls_handshake_first=first)
         # The server's CA is not among the system's: its certificate is refused.
-        wrong = NatsSecurity(tls_cert_file=pki.client_cert, tls_key_file=pki.client_key)
+        wrong = NatsSecurity(tls_cert_file=pki.client_cert, tls_key_file=pki.client_key,
+                             tls_handshake_first=first)
         authorization = "certificate verify failed"
     with secured_nats(work / "server", config) as url:
         yield Secured(url, good, wrong, authorization)
