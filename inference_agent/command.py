@@ -19,13 +19,15 @@ import click
 from pydantic import ValidationError
 
 from inference_agent.settings import AgentSettings, LogLevel
+from loraplane.nats_flags import nats_options
+from loraplane.netutil import mask_url
 
 EXIT_BAD_SETTINGS = 2
 # Where an enclosing click group leaves settings that its own flags gave, in
 # ``click.Context.meta`` (``loraplane --registry URL --token T agent``); the agent's
 # own flags win over them.
 INHERITED_SETTINGS = "inference_agent.inherited_settings"
-_SECRET_FIELDS = frozenset({"token"})
+_SECRET_FIELDS = frozenset({"token", "nats_password", "nats_token"})
 
 
 class AgentStartError(click.ClickException):
@@ -58,7 +60,7 @@ def describe_validation(exc: ValidationError) -> str:
         shown = (
             ""
             if field in _SECRET_FIELDS or "input" not in error or isinstance(error["input"], dict)
-            else f" (got {error['input']!r})"
+            else f" (got {mask_url(repr(error['input']))})"
         )
         lines.append(f"  {flag}{message}{shown}")
     return "invalid agent settings:\n" + "\n".join(lines)
@@ -119,6 +121,7 @@ def run_agent(settings: AgentSettings) -> None:
     metavar="URL",
     help="NATS JetStream URL to follow the registry's events (without one: periodic resync only).",
 )
+@nats_options
 @click.option(
     "--vllm-url",
     default=None,

@@ -53,6 +53,7 @@ from inference_agent.settings import AgentSettings
 from loraplane.events import DesiredState
 from loraplane.lora import BaseModelShapes, UnsupportedBaseModel
 from loraplane.naming import parse_model_ref
+from loraplane.nats_auth import describe_nats
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,8 @@ class Agent:
             on_change=self._changed)
         self.status = self._build_status()
         self.follower = (Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
-                                  enqueue=self._event_key, metrics=self.metrics)
+                                  enqueue=self._event_key, metrics=self.metrics,
+                                  security=s.nats_security)
                          if s.nats_url is not None and self.registry is not None else None)
         self.ready = asyncio.Event()
         self.draining = False
@@ -275,8 +277,10 @@ class Agent:
 
     async def _start(self, group: asyncio.TaskGroup, tasks: list[asyncio.Task[Any]]) -> None:
         s = self.settings
-        log.info("agent %s: proxy on %s, waiting for vLLM at %s", s.agent_id, self.url,
-                 s.vllm_url)
+        events = (describe_nats(self.follower.url, s.nats_security) if self.follower is not None
+                  else "none (periodic resync only)")
+        log.info("agent %s: proxy on %s, waiting for vLLM at %s; events from %s", s.agent_id,
+                 self.url, s.vllm_url, events)
 
         def spawn(coro: Coroutine[Any, Any, Any], name: str) -> None:
             tasks.append(group.create_task(coro, name=name))

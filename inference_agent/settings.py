@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from loraplane.naming import is_slug
+from loraplane.nats_auth import NatsSettings
 
 # What the registry accepts in POST /v1/agents/{agent_id}/status.
 AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
@@ -23,15 +24,18 @@ _SCHEMES = {
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
-class AgentSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
+class AgentSettings(BaseSettings, NatsSettings):
+    """Every agent setting; the ``nats_*`` ones (URL, credentials, TLS) are ``NatsSettings``."""
+
+    # Inputs stay out of error texts: they may hold secrets (tokens, NATS password).
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     # Where desired state comes from. Without a registry the agent serves --watch-dir only.
     registry: str | None = None
     token: SecretStr | None = None
     # The token read from a file (a container secret); never together with ``token``.
     token_file: Path | None = None
-    nats_url: str | None = None
     vllm_url: str = "http://127.0.0.1:8000"
 
     base_model: str = Field(min_length=1)

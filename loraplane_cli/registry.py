@@ -13,6 +13,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from loraplane.nats_flags import nats_options
 from loraplane_cli.client import CliError
 from loraplane_cli.context import CliState, pass_state
 from registry_service.settings import RegistrySettings
@@ -108,6 +109,7 @@ def _name_paths(values: tuple[str, ...]) -> dict[str, str] | None:
     help="The HF config.json (or its folder) of base model NAME; uploads for it are then "
     "judged by tensor shapes. Repeatable.",
 )
+@nats_options
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None, help="[default: info]")
 @pass_state
 def serve_command(state: CliState, /, **options: Any) -> None:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from loraplane import __version__
-from loraplane.netutil import mask_url
+from loraplane.nats_auth import describe_nats
 from registry_service.adapters.routes import router as adapters_router
 from registry_service.agents.routes import router as agents_router
 from registry_service.aliases.routes import router as aliases_router
@@ -54,15 +54,17 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         await collector.start()
         stack.push_async_callback(collector.stop)
         metrics: RegistryMetrics = app.state.metrics
+        # The embedded nats-server listens on loopback only and takes no credentials.
         nats_url = nats.url if nats is not None else str(settings.nats_url)
-        relay = EventRelay(db, nats_url, settings=settings, metrics=metrics)
+        security = settings.nats_security if nats is None else None
+        relay = EventRelay(db, nats_url, settings=settings, metrics=metrics, security=security)
         db.on_outbox_commit(relay.notify)
         await relay.start()
         stack.push_async_callback(relay.stop)
         app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,
                                         metrics=metrics, embedded_nats=nats)
         log.info("registry ready (database %s, blobs %s, nats %s)",
-                 db.engine.dialect.name, settings.blob_kind, mask_url(nats_url))
+                 db.engine.dialect.name, settings.blob_kind, describe_nats(nats_url, security))
         yield
 
 

@@ -12,7 +12,7 @@ import logging
 import uvicorn
 from sqlalchemy.engine import make_url
 
-from loraplane.netutil import mask_url
+from loraplane.nats_auth import describe_nats
 from registry_service.app import create_app
 from registry_service.errors import RegistryError
 from registry_service.settings import RegistrySettings
@@ -42,7 +42,7 @@ def describe_setup(settings: RegistrySettings) -> dict[str, str]:
         f"embedded NATS on 127.0.0.1:{settings.embedded_nats_port} "
         f"(store {settings.data_dir / 'nats'})"
         if settings.uses_embedded_nats
-        else mask_url(str(settings.nats_url))
+        else describe_nats(str(settings.nats_url), settings.nats_security)
     )
     blobs = (
         f"local {settings.blob_dir}"

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loraplane.lora.base_model import BaseModelShapes, UnsupportedBaseModel
+from loraplane.nats_auth import NatsSettings
 
 DEFAULT_DATA_DIR = Path.home() / ".loraplane"
 ADMIN_TOKEN_FILE = "admin-token"
@@ -28,8 +29,12 @@ def normalize_database_url(url: str) -> str:
     raise ValueError("database_url must be a postgresql:// or sqlite:// URL")
 
 
-class RegistrySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore")
+class RegistrySettings(BaseSettings, NatsSettings):
+    """Every ``LORAPLANE_*`` setting; the ``nats_*`` ones come from ``NatsSettings``."""
+
+    # Inputs stay out of error texts: they may hold secrets (S3 keys, NATS password).
+    model_config = SettingsConfigDict(env_prefix="LORAPLANE_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     data_dir: Path = DEFAULT_DATA_DIR
     host: str = "127.0.0.1"
@@ -49,7 +54,6 @@ class RegistrySettings(BaseSettings):
     s3_path_style: bool = True
     s3_create_bucket: bool = False
 
-    nats_url: str | None = None
     embedded_nats_port: int = Field(default=4223, ge=1, le=65535)
 
     admin_token: SecretStr | None = None

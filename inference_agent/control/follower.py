@@ -42,6 +42,7 @@ from loraplane.events import (
     RouteChanged,
     parse_event,
 )
+from loraplane.nats_auth import ConnectErrors, NatsSecurity, describe_error, describe_nats
 from loraplane.netutil import mask_url
 
 log = logging.getLogger(__name__)
@@ -81,14 +82,15 @@ def key_for(event: Event, base_model: str) -> str | None:
 
 
 @asynccontextmanager
-async def _nats_errors(action: str) -> AsyncIterator[None]:
+async def _nats_errors(action: str, errors: ConnectErrors | None = None) -> AsyncIterator[None]:
     try:
         yield
     except EventBusUnavailable:
         raise
     except (nats.errors.Error, OSError, TimeoutError) as exc:
-        raise EventBusUnavailable(f"NATS is unavailable ({action}): {type(exc).__name__}: "
-                                  f"{exc}", detail={"action": action}) from exc
+        reason = (errors or ConnectErrors()).reason(exc)
+        raise EventBusUnavailable(f"NATS is unavailable ({action}): {reason}",
+                                  detail={"action": action}) from exc
 
 
 class Follower:
@@ -98,8 +100,10 @@ class Follower:
                  batch: int = 64, fetch_timeout_s: float = 2.0, error_streak: int = 3,
                  connect_timeout_s: float = 5.0, request_timeout_s: float = 5.0,
                  backoff: Backoff[str] | None = None,
-                 metrics: AgentMetrics | None = None) -> None:
+                 metrics: AgentMetrics | None = None,
+                 security: NatsSecurity | None = None) -> None:
         self.url = url
+        self.security = security or NatsSecurity()
         self.base_model = base_model
         self.consumer = consumer_name(agent_id)
         self._enqueue = enqueue
@@ -138,33 +142,36 @@ class Follower:
             await asyncio.sleep(delay)
 
     async def _session(self) -> None:
-        client = NatsClient()
+        client, errors = NatsClient(), ConnectErrors()
         try:
-            async with _nats_errors("connect"):
-                await asyncio.wait_for(self._connect(client), self.connect_timeout_s)
+            async with _nats_errors("connect", errors):
+                await asyncio.wait_for(self._connect(client, errors), self.connect_timeout_s)
             js = JetStreamContext(client, timeout=self.request_timeout_s)
             sub = await self._subscribe(js)
             self.sessions += 1
             self.connected.set()
             self._backoff.forget("session")
-            log.info("following %s from consumer %s", STREAM_NAME, self.consumer)
+            log.info("following %s from consumer %s on NATS at %s", STREAM_NAME, self.consumer,
+                     describe_nats(self.url, self.security))
             await self._consume(client, sub)
         finally:
             await self._close(client)
 
-    async def _connect(self, client: NatsClient) -> None:
+    async def _connect(self, client: NatsClient, errors: ConnectErrors) -> None:
         async def reconnected() -> None:
             log.info("reconnected to NATS at %s; queueing a full resync", mask_url(self.url))
             self._enqueue(ALL)
 
         async def quiet(exc: Exception) -> None:
             # Every failed reconnect attempt lands here; the session logs the outage.
-            log.debug("nats: %s: %s", type(exc).__name__, exc)
+            errors.record(exc)
+            log.debug("nats: %s", describe_error(exc))
 
         await client.connect(self.url, name=f"loraplane-{self.consumer}", connect_timeout=2,
                              reconnect_time_wait=1, max_reconnect_attempts=-1,
                              ping_interval=10, max_outstanding_pings=3,
-                             reconnected_cb=reconnected, error_cb=quiet)
+                             reconnected_cb=reconnected, error_cb=quiet,
+                             **self.security.connect_options())
 
     async def _close(self, client: NatsClient) -> None:
         if not client.is_closed:

@@ -18,6 +18,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from loraplane.events import STREAM_NAME, STREAM_SUBJECTS
+from loraplane.nats_auth import ConnectErrors, NatsSecurity, describe_error, describe_nats
 from loraplane.netutil import mask_url
 from registry_service.errors import EventBusUnavailable
 
@@ -29,15 +30,16 @@ MSG_ID_HEADER = "Nats-Msg-Id"
 
 
 @asynccontextmanager
-async def _nats_errors(action: str) -> AsyncIterator[None]:
+async def _nats_errors(action: str, errors: ConnectErrors | None = None) -> AsyncIterator[None]:
     try:
         yield
     except EventBusUnavailable:
         raise
     except (nats.errors.Error, OSError, TimeoutError) as exc:
+        reason = (errors or ConnectErrors()).reason(exc)
         raise EventBusUnavailable(
             f"NATS is unavailable ({action})",
-            detail={"action": action, "reason": f"{type(exc).__name__}: {exc}"[:300]},
+            detail={"action": action, "reason": reason},
         ) from exc
 
 
@@ -54,11 +56,14 @@ class EventBus:
         url: str,
         *,
         name: str = "loraplane-registry",
+        security: NatsSecurity | None = None,
         connect_deadline_s: float = 5.0,
         request_timeout_s: float = 5.0,
     ) -> None:
         self.url = url
         self.name = name
+        self.security = security or NatsSecurity()
+        self._connect_errors = ConnectErrors()
         self.connect_deadline_s = connect_deadline_s
         self.request_timeout_s = request_timeout_s
         self._nc = NatsClient()
@@ -75,14 +80,14 @@ class EventBus:
 
     async def connect(self) -> None:
         try:
-            async with _nats_errors("connect"):
+            async with _nats_errors("connect", self._connect_errors):
                 await asyncio.wait_for(self._connect(), self.connect_deadline_s)
         except BaseException:
             # A failed or cancelled first attempt leaves a half-open client behind.
             await self.close()
             raise
         self._js = JetStreamContext(self._nc, timeout=self.request_timeout_s)
-        log.info("connected to NATS at %s", mask_url(self.url))
+        log.info("connected to NATS at %s", describe_nats(self.url, self.security))
 
     async def _connect(self) -> None:
         await self._nc.connect(
@@ -96,11 +101,13 @@ class EventBus:
             error_cb=self._on_error,
             disconnected_cb=self._on_disconnected,
             reconnected_cb=self._on_reconnected,
+            **self.security.connect_options(),
         )
 
     async def _on_error(self, exc: Exception) -> None:
         # Every failed reconnect attempt lands here; the relay reports the outage once.
-        log.debug("nats: %s: %s", type(exc).__name__, exc)
+        self._connect_errors.record(exc)
+        log.debug("nats: %s", describe_error(exc))
 
     async def _on_disconnected(self) -> None:
         if not self._closing:

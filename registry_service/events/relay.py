@@ -37,6 +37,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from loraplane.nats_auth import NatsSecurity
 from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import EventBusUnavailable, RegistryError
@@ -74,10 +75,11 @@ class EventRelay:
 
     def __init__(
         self, db: Database, nats_url: str, *, settings: RegistrySettings,
-        metrics: RegistryMetrics,
+        metrics: RegistryMetrics, security: NatsSecurity | None = None,
     ) -> None:
         self._db = db
         self._url = nats_url
+        self._security = security
         self._settings = settings
         self._metrics = metrics
         self._bus: EventBus | None = None
@@ -196,7 +198,8 @@ class EventRelay:
         if self._bus is not None and self._bus.is_closed:
             self._bus = None
         if self._bus is None:
-            bus = EventBus(self._url, request_timeout_s=self._settings.relay_publish_timeout_s)
+            bus = EventBus(self._url, security=self._security,
+                           request_timeout_s=self._settings.relay_publish_timeout_s)
             await bus.connect()
             self._bus, self._stream_ready = bus, False
         if not self._stream_ready:
