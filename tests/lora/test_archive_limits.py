@@ -12,6 +12,7 @@ from typing import IO
 import pytest
 
 from devharness.adapters import make_adapter, pack_adapter
+from devharness.bombs import tar_bomb, zip_bomb
 from loraplane.lora import archive as archive_module
 from loraplane.lora import extract_archive, validate_adapter_dir
 from loraplane.lora.archive import RATIO_FLOOR_BYTES, _Limits, _Writer
@@ -20,39 +21,7 @@ from tests.lora.util import expect_refusal, leftovers
 BIG = 1 << 30
 # Only the ratio can stop these bombs: the totals are far above what they expand to.
 LOOSE = {"max_total_bytes": BIG, "max_members": 16, "max_file_bytes": BIG}
-BOMB_BYTES = 64 << 20
 MIB_OF_ZEROS = b"\0" * (1 << 20)
-
-
-class _Zeros(io.RawIOBase):
-    """``size`` zero bytes, read in pieces (the bomb is never held in memory)."""
-
-    def __init__(self, size: int) -> None:
-        self.left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        n = min(len(buffer), self.left)
-        buffer[:n] = bytes(n)
-        self.left -= n
-        return n
-
-
-def _zip_bomb(path: Path, size: int = BOMB_BYTES) -> Path:
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf, zf.open("a/big.bin", "w") as out:
-        for _ in range(size >> 20):
-            out.write(MIB_OF_ZEROS)
-    return path
-
-
-def _tar_bomb(path: Path, size: int = BOMB_BYTES) -> Path:
-    with tarfile.open(path, "w:gz") as tf:
-        info = tarfile.TarInfo("a/big.bin")
-        info.size = size
-        tf.addfile(info, _Zeros(size))
-    return path
 
 
 class _Spy:
@@ -74,7 +43,7 @@ class _Spy:
         monkeypatch.setattr(archive_module._Writer, "add_file", add_file)
 
 
-@pytest.mark.parametrize("build", [_zip_bomb, _tar_bomb], ids=["zip", "tar.gz"])
+@pytest.mark.parametrize("build", [zip_bomb, tar_bomb], ids=["zip", "tar.gz"])
 def test_a_bomb_is_refused_from_its_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             build: object) -> None:
     assert callable(build)
@@ -112,7 +81,7 @@ def _lie_about_size(path: Path, declared: int) -> None:
 
 def test_a_lying_zip_header_is_caught_while_extracting(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bomb = _zip_bomb(tmp_path / "liar.zip")
+    bomb = zip_bomb(tmp_path / "liar.zip")
     _lie_about_size(bomb, 1000)  # 64 MiB of data declared as 1,000 bytes
     spy = _Spy(monkeypatch)
     expect_refusal("invalid_archive", extract_archive, bomb, tmp_path / "d", **LOOSE)
@@ -161,5 +130,5 @@ def test_real_adapters_pass_the_default_ratio(tmp_path: Path, fmt: str, zero_b: 
 
 def test_a_ratio_below_one_is_a_programming_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ratio"):
-        extract_archive(_zip_bomb(tmp_path / "a.zip", 1 << 20), tmp_path / "d", **LOOSE,
+        extract_archive(zip_bomb(tmp_path / "a.zip", 1 << 20), tmp_path / "d", **LOOSE,
                         max_expansion_ratio=0.5)
