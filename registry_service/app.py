@@ -14,6 +14,7 @@ from loraplane.nats_auth import describe_nats
 from registry_service.adapters.routes import router as adapters_router
 from registry_service.agents.routes import router as agents_router
 from registry_service.aliases.routes import router as aliases_router
+from registry_service.api.body_limit import BodyLimitMiddleware
 from registry_service.api.errors import install_error_handlers
 from registry_service.api.health import router as health_router
 from registry_service.api.metrics import metrics_middleware
@@ -80,6 +81,8 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     # they work on a network without internet.
     app = FastAPIOffline(title="loraplane registry", version=__version__, lifespan=lifespan)
     app.state.metrics = RegistryMetrics()
+    # Inside the metrics middleware (added after it), so its 413s are counted.
+    app.add_middleware(BodyLimitMiddleware, limit=lambda: settings.max_json_body_bytes)
     app.middleware("http")(metrics_middleware(app.state.metrics))
     install_error_handlers(app)
     for router in (health_router, adapters_router, versions_router, aliases_router,

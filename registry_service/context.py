@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loraplane.embedded_nats import EmbeddedNats
 from registry_service.blobs.base import BlobStore
@@ -10,6 +10,7 @@ from registry_service.db.engine import Database
 from registry_service.events.relay import EventRelay
 from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
+from registry_service.versions.slots import UploadSlots
 
 
 @dataclass
@@ -20,3 +21,4 @@ class RegistryContext:
     relay: EventRelay
     metrics: RegistryMetrics
     embedded_nats: EmbeddedNats | None = None
+    upload_slots: UploadSlots = field(default_factory=UploadSlots)

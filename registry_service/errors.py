@@ -71,6 +71,14 @@ class Forbidden(RegistryError):
     code = "forbidden"
 
 
+class TooManyRequests(RegistryError):
+    """Too much in flight for this caller; the client may retry later."""
+
+    status = 429
+    code = "too_many_requests"
+    retryable = True
+
+
 class Unavailable(RegistryError):
     """A dependency (S3, NATS, the database) cannot be reached; try again later."""
 

@@ -13,6 +13,7 @@ from loraplane.nats_auth import NatsSettings
 
 DEFAULT_DATA_DIR = Path.home() / ".loraplane"
 ADMIN_TOKEN_FILE = "admin-token"
+DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 
 
 def normalize_database_url(url: str) -> str:
@@ -58,9 +59,18 @@ class RegistrySettings(BaseSettings, NatsSettings):
 
     admin_token: SecretStr | None = None
 
-    max_file_bytes: int = Field(default=2 * 1024**3, gt=0)
+    max_file_bytes: int = Field(default=DEFAULT_MAX_FILE_BYTES, gt=0)
     max_upload_bytes: int = Field(default=4 * 1024**3, gt=0)
+    # What an archive may expand to in all: the largest adapter the registry takes (its
+    # weights file at max_file_bytes, with room for the config and a README).
+    max_adapter_bytes: int = Field(default=DEFAULT_MAX_FILE_BYTES + 64 * 1024**2, gt=0)
+    # Decompressed bytes per compressed byte, per zip member and per archive.
+    max_archive_expansion_ratio: float = Field(default=100.0, ge=1, le=10_000)
     max_archive_members: int = Field(default=16, gt=0)
+    # Every request body but an upload's (JSON), refused with 413 before it is parsed.
+    max_json_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    # Uploads one token may have in flight on one registry process; one more gets 429.
+    max_uploads_per_token: int = Field(default=4, ge=1, le=1024)
     max_header_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     presign_expires_s: int = Field(default=300, gt=0, le=7 * 24 * 3600)
     relay_poll_interval_s: float = Field(default=1.0, gt=0)
@@ -108,6 +118,8 @@ class RegistrySettings(BaseSettings, NatsSettings):
                              "relay_publish_timeout_s")
         if self.max_file_bytes > self.max_upload_bytes:
             raise ValueError("max_file_bytes must not exceed max_upload_bytes")
+        if self.max_file_bytes > self.max_adapter_bytes:
+            raise ValueError("max_file_bytes must not exceed max_adapter_bytes")
         for name in self.base_model_configs:
             self.base_shapes(name)
         return self

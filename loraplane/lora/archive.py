@@ -36,6 +36,12 @@ MAX_TAR_METADATA_READ = 1024 * 1024
 # Tar framing per member (headers, pax records, padding) allowed on top of
 # the file bytes before the archive counts as a decompression bomb.
 TAR_OVERHEAD_PER_MEMBER = 8192
+# Default cap on decompressed bytes per compressed byte. Adapter weights are floats and
+# barely compress (an untrained adapter's zero lora_B halves its size at most); a
+# deflate bomb reaches about 1,000.
+DEFAULT_MAX_EXPANSION_RATIO = 100.0
+# Expansion up to this many bytes is never judged by ratio: tiny files compress oddly.
+RATIO_FLOOR_BYTES = 1024 * 1024
 _ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 _READ_ERRORS = (
     tarfile.TarError,
@@ -55,6 +61,14 @@ class _Limits:
     max_total_bytes: int
     max_members: int
     max_file_bytes: int
+    # None: expansion is bounded by the totals only.
+    max_ratio: float | None = None
+
+    def expansion_allowance(self, compressed: int) -> int | None:
+        """The most ``compressed`` bytes may expand to, or None when unbounded by ratio."""
+        if self.max_ratio is None:
+            return None
+        return max(int(self.max_ratio * compressed), RATIO_FLOOR_BYTES)
 
 
 def _unsafe(message: str, name: str) -> NoReturn:
@@ -73,12 +87,17 @@ def extract_archive(
     max_total_bytes: int,
     max_members: int,
     max_file_bytes: int,
+    max_expansion_ratio: float | None = DEFAULT_MAX_EXPANSION_RATIO,
 ) -> list[Path]:
     """Extract ``src`` into ``dest`` (missing or empty) and return the files written.
 
-    One top-level directory shared by every file is stripped. Raises
-    :class:`AdapterInvalid` (``invalid_archive``, ``unsafe_archive``,
-    ``archive_too_large``, ``file_too_large``) after removing all it wrote.
+    One top-level directory shared by every file is stripped. Decompressed bytes may
+    not exceed ``max_expansion_ratio`` times their compressed size (per zip member and
+    for the whole archive; None turns the ratio off). Sizes the headers declare are
+    checked before anything is written, and the bytes actually decompressed while
+    writing. Raises :class:`AdapterInvalid` (``invalid_archive``, ``unsafe_archive``,
+    ``archive_too_large``, ``archive_expansion_ratio``, ``file_too_large``) after
+    removing all it wrote.
     """
     src, dest = Path(src), Path(dest)
     kind = _sniff(src)
@@ -86,7 +105,9 @@ def extract_archive(
     dest.mkdir(parents=True, exist_ok=True)
     if not created and any(dest.iterdir()):
         raise ValueError(f"extraction target {dest} is not empty")
-    limits = _Limits(max_total_bytes, max_members, max_file_bytes)
+    if max_expansion_ratio is not None and max_expansion_ratio < 1:
+        raise ValueError("max_expansion_ratio must be at least 1")
+    limits = _Limits(max_total_bytes, max_members, max_file_bytes, max_expansion_ratio)
     try:
         return _extract_into(src, dest, kind, limits)
     except BaseException:
@@ -97,7 +118,7 @@ def extract_archive(
 def _extract_into(src: Path, dest: Path, kind: str, limits: _Limits) -> list[Path]:
     staging = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest))
     try:
-        writer = _Writer(staging, limits)
+        writer = _Writer(staging, limits, limits.expansion_allowance(src.stat().st_size))
         try:
             if kind == "zip":
                 _extract_zip(src, writer)
@@ -164,9 +185,11 @@ def _normalize(name: str, *, is_dir: bool) -> tuple[str, ...]:
 class _Writer:
     """Writes regular files under ``root`` while enforcing the limits."""
 
-    def __init__(self, root: Path, limits: _Limits) -> None:
+    def __init__(self, root: Path, limits: _Limits, allowance: int | None = None) -> None:
         self.root = root
         self.limits = limits
+        # What the whole archive may expand to by ratio; its real size cannot lie.
+        self.allowance = allowance
         self.members = 0
         self.total_bytes = 0
         self.files: list[tuple[str, ...]] = []
@@ -204,14 +227,21 @@ class _Writer:
         if parts:
             self._claim(name, parts, is_dir=True)
 
-    def check_declared(self, name: str, size: int) -> None:
-        # An early refusal only; the real limits count decompressed bytes.
+    def check_declared(self, name: str, size: int, total: int | None = None) -> None:
+        """Refuse from a header, before writing; the real limits count decompressed bytes.
+
+        ``total`` is what the archive declares in all when it is known up front (zip).
+        """
+        total = self.total_bytes + size if total is None else total
         if size > self.limits.max_file_bytes:
             self._file_too_large(name)
-        if self.total_bytes + size > self.limits.max_total_bytes:
+        if total > self.limits.max_total_bytes:
             self._total_too_large()
+        if self.allowance is not None and total > self.allowance:
+            self.over_ratio(name)
 
-    def add_file(self, name: str, stream: IO[bytes]) -> None:
+    def add_file(self, name: str, stream: IO[bytes], allowance: int | None = None) -> None:
+        """Write one member; ``allowance`` caps its expansion by ratio (zip members)."""
         parts = _normalize(name, is_dir=False)
         self._claim(name, parts, is_dir=False)
         target = self.root.joinpath(*parts)
@@ -226,6 +256,9 @@ class _Writer:
                     self._file_too_large(name)
                 if self.total_bytes > self.limits.max_total_bytes:
                     self._total_too_large()
+                if any(a is not None and n > a for n, a in ((written, allowance),
+                                                           (self.total_bytes, self.allowance))):
+                    self.over_ratio(name)
                 out.write(chunk)
         self.files.append(parts)
 
@@ -234,6 +267,14 @@ class _Writer:
             "file_too_large",
             f"archive member {name!r} is larger than {self.limits.max_file_bytes} bytes",
             {"member": name, "max_file_bytes": self.limits.max_file_bytes},
+        )
+
+    def over_ratio(self, name: str) -> NoReturn:
+        raise AdapterInvalid(
+            "archive_expansion_ratio",
+            f"archive expands more than {self.limits.max_ratio:g} times its compressed "
+            f"size (at member {name!r})",
+            {"member": name, "max_expansion_ratio": self.limits.max_ratio},
         )
 
     def _total_too_large(self) -> NoReturn:
@@ -269,7 +310,9 @@ class _TarGuard:
     grows with the member limit, not with the file-size limit.
     """
 
-    def __init__(self, inner: _Seekable, limits: _Limits) -> None:
+    def __init__(self, inner: _Seekable, writer: _Writer) -> None:
+        limits = writer.limits
+        self._writer = writer
         self._inner = inner
         self._position = inner.tell()
         self._in_data = False
@@ -291,6 +334,11 @@ class _TarGuard:
             self._data_bytes += size
         else:
             self._metadata_bytes += size
+        allowance = self._writer.allowance
+        if allowance is not None and self._data_bytes + self._metadata_bytes > (
+                allowance + CHUNK_BYTES):
+            # Everything gzip yields counts, framing too: the ratio is the stream's.
+            self._writer.over_ratio("(tar stream)")
         if self._data_bytes > self._data_budget or self._metadata_bytes > self._metadata_budget:
             raise AdapterInvalid(
                 "archive_too_large",
@@ -332,7 +380,7 @@ class _TarGuard:
 def _extract_tar(src: Path, writer: _Writer, *, compressed: bool) -> None:
     with src.open("rb") as raw:
         stream: _Seekable = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
-        guard = _TarGuard(stream, writer.limits)
+        guard = _TarGuard(stream, writer)
         with _read_tar(lambda: tarfile.open(fileobj=guard, mode="r:")) as archive:
             while (member := _read_tar(archive.next)) is not None:
                 writer.count_member()
@@ -393,9 +441,21 @@ def _extract_zip(src: Path, writer: _Writer) -> None:
         if len(infos) > writer.limits.max_members:
             # The central directory is already known: refuse before writing.
             writer.too_many_members()
+        _check_zip_headers(infos, writer)
         for info in infos:
             writer.count_member()
             _zip_member(archive, info, writer)
+
+
+def _check_zip_headers(infos: list[zipfile.ZipInfo], writer: _Writer) -> None:
+    """Refuse from the central directory, before a byte is written."""
+    total = 0
+    for info in infos:
+        total += info.file_size
+        writer.check_declared(info.filename, info.file_size, total)
+        allowance = writer.limits.expansion_allowance(info.compress_size)
+        if allowance is not None and info.file_size > allowance:
+            writer.over_ratio(info.filename)
 
 
 def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, writer: _Writer) -> None:
@@ -412,5 +472,7 @@ def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, writer: _Writer
     if info.compress_type not in _ZIP_METHODS:
         _invalid(f"member {info.filename!r} uses an unsupported compression method")
     writer.check_declared(info.filename, info.file_size)
+    # zipfile stops at the declared size; this holds whatever a reader does.
+    allowance = writer.limits.expansion_allowance(info.compress_size)
     with archive.open(info) as stream:
-        writer.add_file(info.filename, stream)
+        writer.add_file(info.filename, stream, allowance)

@@ -22,6 +22,7 @@ ERROR_CODES: frozenset[str] = frozenset(
         "file_too_large",
         "unsafe_archive",
         "archive_too_large",
+        "archive_expansion_ratio",
         "unknown_file",
         "invalid_archive",
     }
@@ -30,7 +31,8 @@ ERROR_CODES: frozenset[str] = frozenset(
 # Refusals caused by a size limit rather than by bad content: the registry
 # answers these with 413 so a client knows that retrying smaller can help.
 TOO_LARGE_CODES: frozenset[str] = frozenset(
-    {"safetensors_header_too_large", "file_too_large", "archive_too_large"}
+    {"safetensors_header_too_large", "file_too_large", "archive_too_large",
+     "archive_expansion_ratio"}
 )
 
 

@@ -78,10 +78,13 @@ ERROR_STATUSES: dict[int, ErrorStatus] = {
                      "token).", _has_path_params),
     409: ErrorStatus("The change conflicts with the current state (it already exists, "
                      "or a revision moved on).", _secured_write),
-    413: ErrorStatus("The body, a file or a field is over its limit.", _has_body),
+    413: ErrorStatus("The body, a file or a field is over its limit: `body_too_large` (a "
+                     "JSON body over `max_json_body_bytes`, refused before it is read), "
+                     "`upload_too_large`, `file_too_large`, `archive_too_large`, "
+                     "`archive_expansion_ratio`, ...", _has_body),
     422: ErrorStatus("A parameter or the body is invalid; detail says which.", _validated),
-    429: ErrorStatus("Too many uploads in flight for this token; retry later.", _uploads,
-                     _RETRY),
+    429: ErrorStatus("`too_many_uploads`: this token has `max_uploads_per_token` uploads "
+                     "in flight; retry later.", _uploads, _RETRY),
     500: ErrorStatus("An internal error; the body says no more than that.", _always),
     503: ErrorStatus("The database, the blob store or the event bus cannot be reached; "
                      "retry later.", _secured, _RETRY),

@@ -28,6 +28,7 @@ from registry_service.versions.lookup import get_version
 from registry_service.versions.models import Version
 from registry_service.versions.refs import version_ref
 from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
+from registry_service.versions.slots import UploadSlots
 from registry_service.versions.staging import (
     StagedVersion,
     local_disk_errors,
@@ -89,17 +90,26 @@ async def lease_blobs(session: AsyncSession, files: list[ReceivedFile],
 
 async def publish_version(
     session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
-    settings: RegistrySettings, body: UploadBody,
+    settings: RegistrySettings, body: UploadBody, slots: UploadSlots,
 ) -> UploadResult:
     """Receive, validate and store a version, then move its aliases, in one commit.
 
     The caller is checked before the body is read, so a refused upload is not
-    streamed to disk first.
+    streamed to disk first; one over its token's uploads in flight is refused then too.
     """
     principal.require(Role.PUBLISHER)
     base_model = (await get_visible_adapter(session, principal, name)).base_model
     # Hold no transaction (on SQLite: no write lock) while the body streams in.
     await session.rollback()
+    with slots.hold(principal.token_id, settings.max_uploads_per_token):
+        return await _publish(session, principal, name, blobs=blobs, settings=settings,
+                              body=body, base_model=base_model)
+
+
+async def _publish(
+    session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
+    settings: RegistrySettings, body: UploadBody, base_model: str,
+) -> UploadResult:
     limits = UploadLimits(settings.max_file_bytes, settings.max_upload_bytes)
     async with staging_area(settings.staging_dir) as staging:
         with local_disk_errors():

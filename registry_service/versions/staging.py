@@ -92,9 +92,10 @@ def _unpack(upload: ReceivedUpload, staging: Path, settings: RegistrySettings) -
                              {"files": sorted(f.name for f in received)})
     dest = staging / "extracted"
     dest.mkdir()
-    paths = extract_archive(archive.path, dest, max_total_bytes=settings.max_upload_bytes,
+    paths = extract_archive(archive.path, dest, max_total_bytes=settings.max_adapter_bytes,
                             max_members=settings.max_archive_members,
-                            max_file_bytes=settings.max_file_bytes)
+                            max_file_bytes=settings.max_file_bytes,
+                            max_expansion_ratio=settings.max_archive_expansion_ratio)
     archive.path.unlink()
     return dest, _hash_all(drop_ignored_files(paths))
 

@@ -13,7 +13,7 @@ def test_codes_are_the_documented_set() -> None:
         "invalid_safetensors", "safetensors_header_too_large", "safetensors_size_mismatch",
         "tensor_mismatch", "invalid_dtype", "non_finite_values", "rank_too_large",
         "target_module_unknown", "shape_mismatch", "file_too_large", "unsafe_archive",
-        "archive_too_large", "unknown_file", "invalid_archive",
+        "archive_too_large", "archive_expansion_ratio", "unknown_file", "invalid_archive",
     } == ERROR_CODES  # fmt: skip
 
 
@@ -25,7 +25,8 @@ def test_too_large_only_for_size_limits(code: str) -> None:
 
 
 def test_size_limit_codes() -> None:
-    expected = {"safetensors_header_too_large", "file_too_large", "archive_too_large"}
+    expected = {"safetensors_header_too_large", "file_too_large", "archive_too_large",
+                "archive_expansion_ratio"}
     assert expected == TOO_LARGE_CODES
     assert AdapterInvalid("rank_too_large", "r").too_large is False
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from devharness.adapters import make_adapter, safetensors_bytes, write_safetensors
+from devharness.bombs import tar_bomb, zip_bomb
 from devharness.registry import RegistryHarness
 from devharness.uploads import (
     adapter_parts,
@@ -79,6 +80,17 @@ def _bomb(tmp: Path) -> Parts:
     return [("files", ("adapter.zip", buffer.getvalue()))]
 
 
+def _over_adapter_limit(_: Path) -> Parts:
+    # One random bit a byte compresses some 7 times, well within the ratio: only the
+    # total (max_adapter_bytes) refuses these.
+    buffer = io.BytesIO()
+    rng = np.random.default_rng(3)
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for i in range(3):
+            archive.writestr(f"part{i}.bin", rng.integers(0, 2, 600 * 1024, np.uint8).tobytes())
+    return [("files", ("adapter.zip", buffer.getvalue()))]
+
+
 def _nan(tmp: Path) -> Parts:
     return adapter_parts(make_adapter(tmp / "nan", seed=1, inject="nan"))
 
@@ -140,6 +152,7 @@ CASES: dict[str, tuple[Callable[[Path], Parts], int, str]] = {
     "archive hardlink": (lambda t: _archive_with(t, "hard", tarfile.LNKTYPE,
                                                  "adapter_config.json"), 422, "unsafe_archive"),
     "archive expansion": (_bomb, 413, "archive_too_large"),
+    "archive over the adapter limit": (_over_adapter_limit, 413, "archive_too_large"),
 }
 
 
@@ -150,6 +163,7 @@ async def test_bad_upload_is_refused_and_leaves_nothing(
     build, status, code = CASES[case]
     registry.ctx.settings.max_file_bytes = 1024 * 1024
     registry.ctx.settings.max_upload_bytes = 2 * 1024 * 1024
+    registry.ctx.settings.max_adapter_bytes = 1536 * 1024
     if case == "oversized header":
         registry.ctx.settings.max_header_bytes = 512
     await registry.create_adapter("bot")
@@ -165,6 +179,24 @@ async def test_bad_upload_is_refused_and_leaves_nothing(
     registry.ctx.settings.max_header_bytes = 16 * 1024 * 1024
     good = await upload(registry, "bot", adapter_parts(make_adapter(tmp_path / "ok", seed=9)))
     assert good.status_code == 201, good.text
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+async def test_a_zip_bomb_is_refused_with_the_default_limits(
+    registry: RegistryHarness, tmp_path: Path, kind: str
+) -> None:
+    # 64 MiB of zeros in a few hundred KB: under every size limit but the ratio's.
+    bomb = zip_bomb(tmp_path / "b") if kind == "zip" else tar_bomb(tmp_path / "b")
+    assert bomb.stat().st_size < 512 * 1024
+    await registry.create_adapter("bot")
+    response = await upload(registry, "bot", [("files", (f"a.{kind}", bomb.read_bytes()))])
+    assert response.status_code == 413, response.text
+    error = response.json()["error"]
+    assert error["code"] == "archive_expansion_ratio"
+    assert error["detail"]["max_expansion_ratio"] == 100
+    assert await count_rows(registry) == (0, 1)  # adapter_created only
+    assert await stored_blobs(registry) == []
+    assert staging_leftovers(registry) == []
 
 
 @pytest.mark.parametrize(("body", "content_type", "code"), [

@@ -92,6 +92,8 @@ async def test_concurrent_uploads_get_distinct_version_numbers(
     registry: RegistryHarness, tmp_path: Path
 ) -> None:
     await registry.create_adapter("bot")
+    # Six at once from one token: above the default of uploads in flight per token.
+    registry.ctx.settings.max_uploads_per_token = 6
     folders = [make_adapter(tmp_path / str(i), seed=100 + i) for i in range(6)]
     responses = await asyncio.gather(*(upload_dir(registry, "bot", f) for f in folders))
     assert [r.status_code for r in responses] == [201] * 6, [r.text for r in responses]
