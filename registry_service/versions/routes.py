@@ -47,7 +47,8 @@ async def upload_version(name: str, request: Request, session: SessionDep,
                       content_length=request.headers.get("content-length"),
                       chunks=request.stream())
     result = await service.publish_version(session, principal, name, blobs=ctx.blobs,
-                                           settings=ctx.settings, body=body)
+                                           settings=ctx.settings, body=body,
+                                           metrics=ctx.metrics)
     return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
 
 
