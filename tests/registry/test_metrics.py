@@ -1,4 +1,5 @@
-"""Every registry metric moves when its action happens, as ``/metrics`` shows it.
+"""Every registry metric moves when its action happens, as ``/metrics`` of a registry
+served over HTTP (uvicorn, real NATS) shows it.
 
 ``MOVED_BY`` names, for each metric family the registry declares, the test here that
 performs its action and reads ``/metrics`` before and after; a metric added to
@@ -7,17 +8,20 @@ performs its action and reads ``/metrics`` before and after; a metric added to
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.adapters import make_adapter
 from devharness.registry import RegistryHarness
+from devharness.services import NatsService
 from devharness.uploads import upload, upload_dir
 from devharness.waiting import eventually
 from registry_service.metrics import RegistryMetrics
+from tests.agent.loop_support import served_registry
 
 PREFIX = "loraplane_registry_"
 
@@ -42,6 +46,13 @@ async def read(registry: RegistryHarness, sample: str, **labels: str) -> float:
                if s.name == PREFIX + sample and labels.items() <= s.labels.items())
 
 
+@pytest.fixture
+async def served(tmp_path: Path, nats: NatsService) -> AsyncIterator[RegistryHarness]:
+    """The registry app behind uvicorn on a port: every call below is real HTTP."""
+    async with served_registry(tmp_path, nats) as registry:
+        yield registry.harness
+
+
 def test_every_metric_has_a_test() -> None:
     declared = {family.name.removeprefix(PREFIX)
                 for family in RegistryMetrics().registry.collect()}
@@ -50,9 +61,9 @@ def test_every_metric_has_a_test() -> None:
 
 
 async def test_requests_and_latency_count_each_request(
-    embedded_registry: RegistryHarness,
+    served: RegistryHarness,
 ) -> None:
-    registry = embedded_registry
+    registry = served
     route = {"method": "GET", "route": "/healthz"}
     requests = await read(registry, "requests_total", status="200", **route)
     timed = await read(registry, "request_seconds_count", **route)
@@ -68,9 +79,9 @@ async def test_requests_and_latency_count_each_request(
 
 
 async def test_an_upload_counts_its_bytes_and_a_new_version(
-    embedded_registry: RegistryHarness, tmp_path: Path,
+    served: RegistryHarness, tmp_path: Path,
 ) -> None:
-    registry = embedded_registry
+    registry = served
     await registry.create_adapter("bot")
     folder = make_adapter(tmp_path / "a", seed=1)
     size = sum(f.stat().st_size for f in folder.iterdir())
@@ -88,9 +99,9 @@ async def test_an_upload_counts_its_bytes_and_a_new_version(
 
 
 async def test_refused_uploads_are_counted_by_their_code(
-    embedded_registry: RegistryHarness, tmp_path: Path,
+    served: RegistryHarness, tmp_path: Path,
 ) -> None:
-    registry = embedded_registry
+    registry = served
     await registry.create_adapter("bot")
     folder = make_adapter(tmp_path / "a", seed=1)
     config = [("files", ("adapter_config.json", (folder / "adapter_config.json").read_bytes()))]
@@ -118,9 +129,9 @@ async def publish(registry: RegistryHarness, name: str, folder: Path) -> None:
 
 
 async def test_the_relay_counts_published_events(
-    embedded_registry: RegistryHarness, tmp_path: Path,
+    served: RegistryHarness, tmp_path: Path,
 ) -> None:
-    registry = embedded_registry
+    registry = served
     published = await read(registry, "events_published_total")
     await publish(registry, "bot", make_adapter(tmp_path / "a", seed=1))
 
@@ -131,9 +142,9 @@ async def test_the_relay_counts_published_events(
 
 
 async def test_a_nats_outage_shows_pending_rows_and_relay_errors(
-    embedded_registry: RegistryHarness, tmp_path: Path,
+    served: RegistryHarness, tmp_path: Path,
 ) -> None:
-    registry = embedded_registry
+    registry = served
     errors = await read(registry, "relay_errors_total")
     await registry.nats.stop_async()
     try:
