@@ -27,7 +27,7 @@ key_argument = click.argument("key", required=False)
 
 
 def _key(kind: str, key: str | None) -> str:
-    """``default`` has one key, so it may be left out; the other kinds need one."""
+    """'default' has one key, so it may be left out; the other kinds need one."""
     if key is not None:
         return key
     if kind == "default":
@@ -46,7 +46,7 @@ def route_group() -> None:
     """Route requests by customer, task or a tenant's default to an adapter's alias.
 
     A request to an agent names a customer or a task in a header; the rules of its
-    tenant map that key to ADAPTER@ALIAS, and the tenant's ``default`` rule catches
+    tenant map that key to ADAPTER@ALIAS, and the tenant's 'default' rule catches
     the rest.
     """
 
@@ -63,7 +63,7 @@ def set_command(state: CliState, kind: str, key: str | None, adapter: str, alias
                 tenant: str | None) -> None:
     """Create or replace the rule KIND/KEY of the adapter's tenant.
 
-    KIND is customer, task or default; a ``default`` rule's KEY is ``default`` and may
+    KIND is customer, task or default; a 'default' rule's KEY is 'default' and may
     be left out.
     """
     rule = state.client().put_route(cast(RouteKind, kind), _key(kind, key), adapter,
@@ -77,7 +77,7 @@ def set_command(state: CliState, kind: str, key: str | None, adapter: str, alias
 @tenant_option
 @pass_state
 def delete_command(state: CliState, kind: str, key: str | None, tenant: str | None) -> None:
-    """Delete the rule KIND/KEY (a ``default`` rule's KEY may be left out)."""
+    """Delete the rule KIND/KEY (a 'default' rule's KEY may be left out)."""
     rule_key = _key(kind, key)
     state.client().delete_route(cast(RouteKind, kind), rule_key, tenant=tenant)
     state.output.emit({"deleted": {"kind": kind, "key": rule_key, "tenant": tenant}},
