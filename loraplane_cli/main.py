@@ -17,7 +17,7 @@ from click.core import ParameterSource
 from inference_agent.command import INHERITED_SETTINGS, AgentStartError, agent_command
 from loraplane import __version__
 from loraplane.client import RegistryError
-from loraplane_cli import adapters, events, fleet, push, registry, tokens, versions
+from loraplane_cli import adapters, events, fleet, push, registry, routes, tokens, versions
 from loraplane_cli.client import DEFAULT_REGISTRY, DEFAULT_TIMEOUT_S, CliError, cli_error
 from loraplane_cli.context import CliState
 from loraplane_cli.output import Output
@@ -150,6 +150,8 @@ cli.add_command(adapters.adapters_group)
 cli.add_command(push.push_command)
 for command in versions.COMMANDS:
     cli.add_command(command)
+cli.add_command(routes.alias_group)
+cli.add_command(routes.route_group)
 cli.add_command(events.events_command)
 cli.add_command(tokens.token_group)
 cli.add_command(fleet.agents_command)

@@ -112,17 +112,19 @@ def alias_history(name: str, alias: str, limit: int | None) -> Call[AliasHistory
 
 # Routing rules
 
-def list_routes(kind: RouteKind | None) -> Call[RouteList]:
-    return Call("GET", path("routes"), model(RouteList), params=query({"kind": kind}))
+def list_routes(kind: RouteKind | None, tenant: str | None) -> Call[RouteList]:
+    return Call("GET", path("routes"), model(RouteList),
+                params=query({"kind": kind, "tenant": tenant}))
 
 
-def put_route(kind: RouteKind, key: str, adapter: str, alias: str) -> Call[RouteOut]:
+def put_route(kind: RouteKind, key: str, adapter: str, alias: str,
+              tenant: str | None) -> Call[RouteOut]:
     return Call("PUT", path("routes", kind, key), model(RouteOut),
-                json={"adapter": adapter, "alias": alias})
+                json={"adapter": adapter, "alias": alias}, params=query({"tenant": tenant}))
 
 
-def delete_route(kind: RouteKind, key: str) -> Call[None]:
-    return Call("DELETE", path("routes", kind, key), nothing)
+def delete_route(kind: RouteKind, key: str, tenant: str | None) -> Call[None]:
+    return Call("DELETE", path("routes", kind, key), nothing, params=query({"tenant": tenant}))
 
 
 # Tokens

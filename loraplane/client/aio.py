@@ -201,17 +201,22 @@ class AsyncRegistryClient:
 
     # Routing rules
 
-    async def list_routes(self, *, kind: RouteKind | None = None) -> RouteList:
-        return await self.send(api.list_routes(kind))
+    async def list_routes(self, *, kind: RouteKind | None = None,
+                    tenant: str | None = None) -> RouteList:
+        """The routing rules the token may see: a tenant token's own; a global token's
+        of every tenant, or of ``tenant``."""
+        return await self.send(api.list_routes(kind, tenant))
 
     async def put_route(self, kind: RouteKind, key: str, adapter: str, *,
-                  alias: str = DEFAULT_ALIAS) -> RouteOut:
+                  alias: str = DEFAULT_ALIAS, tenant: str | None = None) -> RouteOut:
         """Route requests whose ``kind`` header (customer, task) is ``key`` to
-        ``adapter@alias``; kind ``default`` takes any key."""
-        return await self.send(api.put_route(kind, key, adapter, alias))
+        ``adapter@alias``, a rule of the adapter's tenant. Kind ``default`` has the one
+        key ``DEFAULT_ROUTE_KEY``. ``tenant``, if given, must be the adapter's."""
+        return await self.send(api.put_route(kind, key, adapter, alias, tenant))
 
-    async def delete_route(self, kind: RouteKind, key: str) -> None:
-        await self.send(api.delete_route(kind, key))
+    async def delete_route(self, kind: RouteKind, key: str, *, tenant: str | None = None) -> None:
+        """Delete a rule; a global token names the ``tenant`` when several have one."""
+        await self.send(api.delete_route(kind, key, tenant))
 
     # Tokens
 

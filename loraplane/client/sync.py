@@ -198,17 +198,22 @@ class RegistryClient:
 
     # Routing rules
 
-    def list_routes(self, *, kind: RouteKind | None = None) -> RouteList:
-        return self.send(api.list_routes(kind))
+    def list_routes(self, *, kind: RouteKind | None = None,
+                    tenant: str | None = None) -> RouteList:
+        """The routing rules the token may see: a tenant token's own; a global token's
+        of every tenant, or of ``tenant``."""
+        return self.send(api.list_routes(kind, tenant))
 
     def put_route(self, kind: RouteKind, key: str, adapter: str, *,
-                  alias: str = DEFAULT_ALIAS) -> RouteOut:
+                  alias: str = DEFAULT_ALIAS, tenant: str | None = None) -> RouteOut:
         """Route requests whose ``kind`` header (customer, task) is ``key`` to
-        ``adapter@alias``; kind ``default`` takes any key."""
-        return self.send(api.put_route(kind, key, adapter, alias))
+        ``adapter@alias``, a rule of the adapter's tenant. Kind ``default`` has the one
+        key ``DEFAULT_ROUTE_KEY``. ``tenant``, if given, must be the adapter's."""
+        return self.send(api.put_route(kind, key, adapter, alias, tenant))
 
-    def delete_route(self, kind: RouteKind, key: str) -> None:
-        self.send(api.delete_route(kind, key))
+    def delete_route(self, kind: RouteKind, key: str, *, tenant: str | None = None) -> None:
+        """Delete a rule; a global token names the ``tenant`` when several have one."""
+        self.send(api.delete_route(kind, key, tenant))
 
     # Tokens
 

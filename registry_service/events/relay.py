@@ -163,15 +163,11 @@ class EventRelay:
             try:
                 more = await self._pass()
             except RegistryError as exc:
-                self._passes += 1
-                self._failed(exc)
-                await self._backoff()
+                await self._after_failure(exc)
                 continue
             except Exception as exc:
-                self._passes += 1
                 log.exception("event relay pass failed")
-                self._failed(exc)
-                await self._backoff()
+                await self._after_failure(exc)
                 continue
             self._passes += 1
             self._recovered()
@@ -285,6 +281,21 @@ class EventRelay:
     async def _count_pending(self, session: AsyncSession) -> int:
         query = select(func.count()).select_from(EventRow).where(EventRow.published_at.is_(None))
         return int(await session.scalar(query) or 0)
+
+    async def _after_failure(self, exc: Exception) -> None:
+        self._passes += 1
+        self._failed(exc)
+        await self._show_pending()
+        await self._backoff()
+
+    async def _show_pending(self) -> None:
+        """Count the queue after a failed pass too: a pass that could not even connect
+        never reaches ``_record``, and the gauge must show the rows piling up."""
+        try:
+            async with self._db.session() as session:
+                self._metrics.outbox_pending.set(await self._count_pending(session))
+        except (RegistryError, SQLAlchemyError) as exc:
+            log.warning("could not count the relay's pending rows: %s", exc)
 
     def _failed(self, exc: Exception) -> None:
         self._failures += 1

@@ -48,7 +48,7 @@ async def upload_version(name: str, request: Request, session: SessionDep,
                       chunks=request.stream())
     result = await service.publish_version(session, principal, name, blobs=ctx.blobs,
                                            settings=ctx.settings, body=body,
-                                           slots=ctx.upload_slots)
+                                           slots=ctx.upload_slots, metrics=ctx.metrics)
     return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -13,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.api.bounds import INT32_MAX, parse_bounded
 from loraplane.events import VersionPublished
+from loraplane.lora.errors import AdapterInvalid
 from loraplane.naming import DEFAULT_ALIAS
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
@@ -23,6 +25,7 @@ from registry_service.blobs import leases
 from registry_service.blobs.base import BlobStore, BlobStream
 from registry_service.errors import BadRequest, NotFound, RegistryError, Unavailable
 from registry_service.events.service import envelope, record_event
+from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
 from registry_service.versions.lookup import get_version
 from registry_service.versions.models import Version
@@ -91,29 +94,48 @@ async def lease_blobs(session: AsyncSession, files: list[ReceivedFile],
 async def publish_version(
     session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
     settings: RegistrySettings, body: UploadBody, slots: UploadSlots,
+    metrics: RegistryMetrics,
 ) -> UploadResult:
     """Receive, validate and store a version, then move its aliases, in one commit.
 
-    The caller is checked before the body is read, so a refused upload is not
-    streamed to disk first; one over its token's uploads in flight is refused then too.
+    Counts the bytes received, the versions created and every refusal by its code.
     """
+    try:
+        result = await _admit(session, principal, name, blobs=blobs, settings=settings,
+                              body=body, slots=slots, on_bytes=metrics.upload_bytes.inc)
+    except (RegistryError, AdapterInvalid) as exc:
+        metrics.uploads_refused.labels(exc.code).inc()
+        raise
+    if result.created:
+        metrics.versions_created.inc()
+    return result
+
+
+async def _admit(
+    session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
+    settings: RegistrySettings, body: UploadBody, slots: UploadSlots,
+    on_bytes: Callable[[int], None],
+) -> UploadResult:
+    """The caller is checked before the body is read, so a refused upload is not
+    streamed to disk first; one over its token's uploads in flight is refused then too."""
     principal.require(Role.PUBLISHER)
     base_model = (await get_visible_adapter(session, principal, name)).base_model
     # Hold no transaction (on SQLite: no write lock) while the body streams in.
     await session.rollback()
     with slots.hold(principal.token_id, settings.max_uploads_per_token):
         return await _publish(session, principal, name, blobs=blobs, settings=settings,
-                              body=body, base_model=base_model)
+                              body=body, base_model=base_model, on_bytes=on_bytes)
 
 
 async def _publish(
     session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
     settings: RegistrySettings, body: UploadBody, base_model: str,
+    on_bytes: Callable[[int], None],
 ) -> UploadResult:
     limits = UploadLimits(settings.max_file_bytes, settings.max_upload_bytes)
     async with staging_area(settings.staging_dir) as staging:
         with local_disk_errors():
-            upload = await receive_upload(body, staging, limits)
+            upload = await receive_upload(body, staging, limits, on_bytes=on_bytes)
             aliases = parse_aliases(upload.fields.get("aliases"))
             staged = await stage_version(upload, staging, settings, base_model)
         notes = upload.fields.get("notes", "")

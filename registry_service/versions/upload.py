@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -220,8 +220,11 @@ def _boundary(content_type: str | None) -> bytes:
     return boundary
 
 
-async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits) -> ReceivedUpload:
-    """Stream a multipart body into ``staging``; refuse it as soon as a limit is crossed."""
+async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits, *,
+                         on_bytes: Callable[[int], None] = lambda _: None) -> ReceivedUpload:
+    """Stream a multipart body into ``staging``; refuse it as soon as a limit is crossed.
+
+    ``on_bytes`` hears of every chunk as it arrives, refused uploads' included."""
     boundary = _boundary(body.content_type)
     length = body.content_length
     declared = int(length) if length and length.isdigit() else 0
@@ -232,6 +235,7 @@ async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits) 
     total = 0
     try:
         async for chunk in body.chunks:
+            on_bytes(len(chunk))
             total += len(chunk)
             if total > limits.max_upload_bytes:
                 raise _upload_too_large(limits)

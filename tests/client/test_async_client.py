@@ -104,6 +104,14 @@ async def test_routes_tokens_and_events(served: Served, adapter_dir: Path) -> No
         assert (rule.kind, rule.key, rule.adapter, rule.alias) == ("customer", "c1", "bot",
                                                                     "live")
         assert [r.key for r in (await registry.list_routes(kind="customer")).routes] == ["c1"]
+        # The tenant is the rules' scope: named, it must be the adapter's.
+        assert (await registry.put_route("task", "t1", "bot", tenant="acme")).tenant == "acme"
+        assert [r.key for r in (await registry.list_routes(tenant="acme")).routes] == ["c1", "t1"]
+        assert (await registry.list_routes(tenant="globex")).routes == []
+        with pytest.raises(NotFound) as elsewhere:
+            await registry.put_route("task", "t2", "bot", tenant="globex")
+        assert elsewhere.value.code == "tenant_not_found"
+        await registry.delete_route("task", "t1", tenant="acme")
         await registry.delete_route("customer", "c1")
         assert (await registry.list_routes()).routes == []
 

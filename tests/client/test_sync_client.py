@@ -48,9 +48,10 @@ def download_first_file(url: str, token: str, dest: Path) -> str:
 
 def routes_tokens_events_fleet(url: str, token: str) -> None:
     with RegistryClient(url, token) as registry:
-        registry.put_route("task", "summarize", "bot", alias="live")
-        assert [r.key for r in registry.list_routes().routes] == ["summarize"]
-        registry.delete_route("task", "summarize")
+        registry.put_route("task", "summarize", "bot", alias="live", tenant="acme")
+        assert [r.key for r in registry.list_routes(tenant="acme").routes] == ["summarize"]
+        registry.delete_route("task", "summarize", tenant="acme")
+        assert registry.list_routes().routes == []
         created = registry.create_token("reader", "reader", tenant="acme")
         assert created.id in [t.id for t in registry.list_tokens().tokens]
         registry.revoke_token(created.id)

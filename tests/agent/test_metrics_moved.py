@@ -1,0 +1,152 @@
+"""Every agent metric moves when its action happens, as the agent's ``/metrics`` shows it:
+a real vLLM, a registry served over HTTP and a real NATS.
+
+``MOVED`` lists every metric family the agent declares; a metric added to
+``AgentMetrics`` and not moved here fails ``test_every_agent_metric_is_tested``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devharness.services import NatsService
+from devharness.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+from devharness.waiting import eventually
+from inference_agent.metrics import AgentMetrics
+from inference_agent.service import Agent
+from inference_agent.settings import AgentSettings
+from tests.agent.loop_support import served_registry
+
+BASE = "tiny-llama"
+# ServedRegistry.publish: a folder as a new version of an adapter.
+Publish = Callable[[str, Path], Awaitable[int]]
+PREFIX = "loraplane_agent_"
+MOVED = {"requests", "request_errors", "request_seconds", "cache_hits", "cache_misses",
+         "cache_evictions", "stage_seconds", "event_delay_seconds", "versions_loaded",
+         "downloaded_bytes", "swaps", "failures", "process_resident_memory_bytes"}
+
+
+def test_every_agent_metric_is_tested() -> None:
+    declared = {family.name.removeprefix(PREFIX) for family in AgentMetrics().registry.collect()}
+    assert declared == MOVED
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"),
+                             ensure_vllm_env(install=True))
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    with VllmServer(ensure_vllm_env(), tiny_model / "base",
+                    tmp_path_factory.mktemp("vllm-log") / "vllm.log", max_loras=4) as server:
+        server.wait_ready(timeout=300)
+        yield server
+
+
+class Scrape:
+    """The agent's ``/metrics``, read over HTTP."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def __call__(self, sample: str, **labels: str) -> float:
+        response = await self.client.get("/metrics")
+        assert response.status_code == 200, response.text
+        return sum(s.value for family in text_string_to_metric_families(response.text)
+                   for s in family.samples
+                   if s.name == PREFIX + sample and labels.items() <= s.labels.items())
+
+
+async def complete(client: httpx.AsyncClient, model: str) -> int:
+    response = await client.post("/v1/completions", json={
+        "model": model, "prompt": "hello", "max_tokens": 4, "temperature": 0})
+    return response.status_code
+
+
+@pytest.mark.vllm
+async def test_every_agent_metric_moves(tmp_path: Path, nats: NatsService, tiny_model: Path,
+                                        vllm_server: VllmServer) -> None:
+    adapters = tiny_model / "adapters"
+    async with served_registry(tmp_path, nats) as reg:
+        for name, folder in (("bot", "a1"), ("cold", "a3"), ("third", "a4")):
+            await reg.harness.create_adapter(name)
+            await reg.publish(name, adapters / folder)
+        settings = AgentSettings(
+            registry=reg.url, token=await reg.agent_token(), nats_url=nats.url,
+            vllm_url=vllm_server.url, base_model=BASE, agent_id="gpu-m", port=0,
+            base_model_config=tiny_model / "base" / "config.json",
+            cache_dir=tmp_path / "cache", max_loaded=2, resync_interval_s=60,
+            heartbeat_interval_s=2, drain_timeout_s=5, shutdown_grace_s=15,
+            retry_base_s=0.2, retry_max_s=1, max_attempts=2)
+        _id, secret = await reg.inference_token("acme")
+        agent = Agent(settings)
+        run = asyncio.create_task(agent.run(install_signals=False))
+        async with asyncio.timeout(120):
+            await agent.ready.wait()
+        assert agent.url is not None
+        async with httpx.AsyncClient(base_url=agent.url, timeout=60, headers={
+                "Authorization": f"Bearer {secret}"}) as client:
+            await _moves(Scrape(client), client, reg.publish, adapters)
+        agent.stop()
+        await asyncio.wait_for(run, 30)
+
+
+async def _moves(read: Scrape, client: httpx.AsyncClient, publish: Publish,
+                 adapters: Path) -> None:
+    assert await read("process_resident_memory_bytes") > 0
+    # First use of bot (fetched to disk at start-up, not loaded): a miss that loads it.
+    before = {name: await read(name) for name in (
+        "cache_misses_total", "cache_hits_total", "versions_loaded")}
+    loads = await read("stage_seconds_count", stage="load")
+    assert await complete(client, "bot") == 200
+    assert await read("requests_total", adapter="bot", status="200") == 1
+    assert await read("request_seconds_count", adapter="bot") == 1
+    assert await read("cache_misses_total") == before["cache_misses_total"] + 1
+    assert await read("versions_loaded") == before["versions_loaded"] + 1
+    assert await read("stage_seconds_count", stage="load") == loads + 1
+    # Again: a hit.
+    assert await complete(client, "bot") == 200
+    assert await read("cache_hits_total") >= before["cache_hits_total"] + 1
+    # Two more adapters on two slots: the least recently used goes.
+    evicted = await read("cache_evictions_total")
+    for model in ("cold", "third"):
+        assert await complete(client, model) == 200
+    assert await read("cache_evictions_total") > evicted
+    # An unknown model is refused and counted as an error of its reason.
+    assert await complete(client, "nope") == 404
+    assert await read("request_errors_total", reason="model_not_found") == 1
+    await _swaps_and_failures(read, client, publish, adapters)
+
+
+async def _swaps_and_failures(read: Scrape, client: httpx.AsyncClient, publish: Publish,
+                              adapters: Path) -> None:
+    moved = ("event_delay_seconds_count", "downloaded_bytes_total")
+    before = {name: await read(name) for name in moved}
+    applied = await read("swaps_total", outcome="applied")
+    stages = {s: await read("stage_seconds_count", stage=s) for s in ("fetch", "validate")}
+    # A new version of the loaded third: the event arrives, the version is downloaded and
+    # checked, and the alias swaps.
+    await publish("third", adapters / "a2")
+
+    async def swapped() -> bool:
+        return (all([await read(name) > count for name, count in before.items()])
+                and all([await read("stage_seconds_count", stage=s) > count
+                         for s, count in stages.items()])
+                and await read("swaps_total", outcome="applied") > applied)
+
+    await eventually(swapped, timeout_s=60, what="the event, download, checks and swap")
+    await publish("third", adapters / "bad-rank")
+
+    async def failed() -> bool:
+        return await read("failures_total", adapter="third", code="rank_too_large") >= 1
+
+    await eventually(failed, timeout_s=60, what="the refused version counted")
