@@ -13,7 +13,8 @@ import pytest
 
 from devharness.adapters import make_adapter, pack_adapter
 from loraplane.lora import extract_archive, validate_adapter_dir
-from loraplane.lora.archive import _Limits, _Writer
+from loraplane.lora.archive_writer import Limits as _Limits
+from loraplane.lora.archive_writer import Writer as _Writer
 from tests.lora.util import expect_refusal, leftovers
 
 LIMITS: dict[str, int] = {"max_total_bytes": 4 << 20, "max_members": 16, "max_file_bytes": 2 << 20}

@@ -13,9 +13,10 @@ import pytest
 
 from devharness.adapters import make_adapter, pack_adapter
 from devharness.bombs import tar_bomb, zip_bomb
-from loraplane.lora import archive as archive_module
 from loraplane.lora import extract_archive, validate_adapter_dir
-from loraplane.lora.archive import RATIO_FLOOR_BYTES, _Limits, _Writer
+from loraplane.lora.archive_writer import RATIO_FLOOR_BYTES
+from loraplane.lora.archive_writer import Limits as _Limits
+from loraplane.lora.archive_writer import Writer as _Writer
 from tests.lora.util import expect_refusal, leftovers
 
 BIG = 1 << 30
@@ -40,7 +41,7 @@ class _Spy:
             finally:
                 self.written = writer.total_bytes
 
-        monkeypatch.setattr(archive_module._Writer, "add_file", add_file)
+        monkeypatch.setattr(_Writer, "add_file", add_file)
 
 
 @pytest.mark.parametrize("build", [zip_bomb, tar_bomb], ids=["zip", "tar.gz"])
