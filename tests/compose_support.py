@@ -171,6 +171,21 @@ def exec_form(arguments: str) -> list[str]:
     return value
 
 
+def base_image(from_args: str, instructions: list[tuple[str, str]]) -> str:
+    """A FROM's image with the ARG defaults declared before the first FROM filled in:
+    what users get when they build without --build-arg."""
+    defaults: dict[str, str] = {}
+    for keyword, args in instructions:
+        if keyword == "FROM":
+            break
+        if keyword == "ARG":
+            name, _, value = args.partition("=")
+            defaults[name.strip()] = value.strip()
+    image = from_args.split(maxsplit=1)[0]
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                  lambda m: defaults.get(m.group(1) or m.group(2), m.group(0)), image)
+
+
 def final_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
     starts = [i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM"]
     return instructions[starts[-1]:] if starts else []
@@ -250,7 +265,8 @@ def image_problems(compose: Compose) -> list[str]:
     """The Dockerfile builds the CLI image, and every command run in it is a real command."""
     instructions = dockerfile_instructions(DOCKERFILE.read_text())
     problems = []
-    bases = [args.split()[0] for keyword, args in instructions if keyword == "FROM"]
+    bases = [base_image(args, instructions) for keyword, args in instructions
+             if keyword == "FROM"]
     if not bases or bases[-1] != "python:3.11-slim":
         problems.append(f"Dockerfile: the final image is {bases[-1:]}, not python:3.11-slim")
     if not any(keyword == "RUN" and re.search(r"pip install (\S+ )*\.(\s|$)", args)
