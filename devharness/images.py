@@ -108,7 +108,8 @@ def recipe_hash(image: Image, base_hash: str, mirror: str) -> str:
         digest.update(name.encode())
         _hash_files(digest, path.parent, [path])
     if image is LORAPLANE:
-        _hash_files(digest, ROOT, context_files())
+        # .dockerignore leaves the Dockerfile out of the context, not out of the recipe.
+        _hash_files(digest, ROOT, [ROOT / "Dockerfile", *context_files()])
     return digest.hexdigest()[:32]
 
 

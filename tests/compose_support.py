@@ -99,6 +99,15 @@ def runs_shell(service: dict[str, Any]) -> bool:
     return "build" in service and bool(entrypoint) and entrypoint[0] in ("/bin/sh", "sh")
 
 
+def python_script(service: dict[str, Any]) -> str | None:
+    """The script of a one-shot that runs ``python -c`` in the image, else None."""
+    entrypoint = service.get("entrypoint") or []
+    command = service_command(service) or []
+    if "build" in service and entrypoint[:2] == ["python", "-c"] and len(command) == 1:
+        return command[0]
+    return None
+
+
 def cli_envvars() -> set[str]:
     """The ``LORAPLANE_*`` variables the CLI's global options read."""
     return {str(p.envvar) for p in cli.params if isinstance(getattr(p, "envvar", None), str)}
@@ -294,11 +303,18 @@ def service_image_problems(compose: Compose, instructions: list[tuple[str, str]]
     """Each service built from the Dockerfile runs real CLI commands in it."""
     problems = []
     for name, service in loraplane_services(compose).items():
-        calls = (shell_cli_calls(service) if runs_shell(service)
-                 else [image_argv(instructions, service_command(service))])
-        if not calls:
-            problems.append(f"{name}: its script never calls loraplane")
-        problems += [f"{name}: {p}" for argv in calls for p in cli_problems(argv)]
+        script = python_script(service)
+        if script is not None:
+            try:
+                compile(script, name, "exec")
+            except SyntaxError as exc:
+                problems.append(f"{name}: its Python script does not compile: {exc}")
+        else:
+            calls = (shell_cli_calls(service) if runs_shell(service)
+                     else [image_argv(instructions, service_command(service))])
+            if not calls:
+                problems.append(f"{name}: its script never calls loraplane")
+            problems += [f"{name}: {p}" for argv in calls for p in cli_problems(argv)]
         build = service["build"]
         context = build if isinstance(build, str) else build.get("context", ".")
         dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile",
