@@ -1,7 +1,7 @@
 """The registry as users deploy it, in containers (see devharness/containers.py).
 
 The images are built first when missing or changed (``devharness.images``; needs a
-Docker engine: ``scripts/docker.sh``). One stack serves a module's tests; a test that
+Docker engine: ``scripts/docker.sh``). One stack serves the whole package; a test that
 takes a service down brings it back before it ends.
 """
 
@@ -74,13 +74,13 @@ async def start_stack(stack: ContainerStack) -> None:
                      what="the registry container answers /readyz with 200")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def _stack(local_images: None) -> Iterator[ContainerStack]:
     with container_stack() as stack:
         yield stack
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 async def stack(_stack: ContainerStack) -> AsyncIterator[ContainerStack]:
     await start_stack(_stack)
     yield _stack
