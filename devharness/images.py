@@ -129,8 +129,11 @@ def _docker(*args: str, stdin: int | None = None, quiet: bool = False) -> str:
 
 def current_label(tag: str) -> str | None:
     """The recipe hash the image ``tag`` carries, or None when there is no such image."""
-    result = subprocess.run(["docker", "image", "inspect", tag], check=False,
-                            capture_output=True, text=True)
+    try:
+        result = subprocess.run(["docker", "image", "inspect", tag], check=False,
+                                capture_output=True, text=True)
+    except FileNotFoundError as exc:
+        raise ImageBuildError("docker is not installed: run scripts/docker.sh") from exc
     if result.returncode != 0:
         return None
     labels = json.loads(result.stdout)[0]["Config"].get("Labels") or {}

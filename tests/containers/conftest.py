@@ -7,6 +7,7 @@ takes a service down brings it back before it ends.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
@@ -21,8 +22,13 @@ from devharness.waiting import eventually
 
 @pytest.fixture(scope="session")
 def local_images() -> None:
+    """Builds (when missing or changed) the local images not replaced by a public one
+    through LORAPLANE_IMAGE_<KEY> (see ``devharness.containers.image``)."""
+    wanted = [key for key in ("postgres", "nats", "seaweedfs", "loraplane")
+              if not os.environ.get(f"LORAPLANE_IMAGE_{key.upper()}")]
     try:
-        images.ensure_images(["postgres", "nats", "seaweedfs", "loraplane"])
+        if wanted:
+            images.ensure_images(wanted)
     except images.ImageBuildError as exc:
         pytest.fail(f"{exc}\nStart a Docker engine with scripts/docker.sh.", pytrace=False)
 
