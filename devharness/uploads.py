@@ -73,10 +73,14 @@ def staging_leftovers(harness: RegistryHarness) -> list[Path]:
 
 async def stream_events(nats_url: str) -> list[dict[str, Any]]:
     """Every event in the registry's JetStream stream, oldest first."""
-    client = await nats.connect(nats_url)
+    # One attempt, no reconnects: a caller that polls asks again, a dead server fails fast.
+    client = await nats.connect(nats_url, connect_timeout=2, allow_reconnect=False,
+                                max_reconnect_attempts=0)
     try:
         js = client.jetstream()
         info = await js.stream_info(STREAM_NAME)
+        if info.state.messages == 0:
+            return []  # first_seq is 0 then, and asking for message 0 is a bad request
         events = []
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             raw = await js.get_msg(STREAM_NAME, seq)
