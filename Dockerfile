@@ -1,8 +1,10 @@
 # The loraplane image: the `loraplane` CLI, which runs the registry
 # (`loraplane registry serve`) and migrates its database (`loraplane registry migrate`).
-# compose.yaml builds it as loraplane:local.
+# compose.yaml builds it as loraplane:local. PYTHON_IMAGE swaps the base for an
+# equivalent where the public one cannot be pulled (deploy/compose.local.yaml does).
 
-FROM python:3.11-slim AS build
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
@@ -12,7 +14,7 @@ RUN python -m venv /opt/loraplane \
  && /opt/loraplane/bin/pip install . \
  && /opt/loraplane/bin/loraplane --version
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 RUN useradd --system --uid 10001 --user-group --no-create-home \
         --home-dir /var/lib/loraplane loraplane \
  && install -d -o loraplane -g loraplane -m 0750 /var/lib/loraplane \

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
 from sqlalchemy import func, select
 
 from devharness.registry import RegistryHarness
+from loraplane.events import STREAM_NAME
 from registry_service.events.models import EventRow
 from registry_service.versions.models import Version
 
@@ -66,3 +69,23 @@ async def stored_blobs(harness: RegistryHarness) -> list[str]:
 
 def staging_leftovers(harness: RegistryHarness) -> list[Path]:
     return list(harness.settings.staging_dir.rglob("*"))
+
+
+async def stream_events(nats_url: str) -> list[dict[str, Any]]:
+    """Every event in the registry's JetStream stream, oldest first."""
+    # One attempt, no reconnects: a caller that polls asks again, a dead server fails fast.
+    client = await nats.connect(nats_url, connect_timeout=2, allow_reconnect=False,
+                                max_reconnect_attempts=0)
+    try:
+        js = client.jetstream()
+        info = await js.stream_info(STREAM_NAME)
+        if info.state.messages == 0:
+            return []  # first_seq is 0 then, and asking for message 0 is a bad request
+        events = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            raw = await js.get_msg(STREAM_NAME, seq)
+            assert raw.data is not None
+            events.append(json.loads(raw.data))
+        return events
+    finally:
+        await client.close()

@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/services.sh
 ./scripts/ci-tools.sh
+# tests/containers: a Docker engine, and the images compose.yaml names built locally
+# where they cannot be pulled (cached: a warm run takes seconds, a cold one minutes).
+./scripts/docker.sh
+.venv/bin/python -m devharness.images build
 
 echo "== ruff"
 .venv/bin/ruff check .

@@ -99,6 +99,15 @@ def runs_shell(service: dict[str, Any]) -> bool:
     return "build" in service and bool(entrypoint) and entrypoint[0] in ("/bin/sh", "sh")
 
 
+def python_script(service: dict[str, Any]) -> str | None:
+    """The script of a one-shot that runs ``python -c`` in the image, else None."""
+    entrypoint = service.get("entrypoint") or []
+    command = service_command(service) or []
+    if "build" in service and entrypoint[:2] == ["python", "-c"] and len(command) == 1:
+        return command[0]
+    return None
+
+
 def cli_envvars() -> set[str]:
     """The ``LORAPLANE_*`` variables the CLI's global options read."""
     return {str(p.envvar) for p in cli.params if isinstance(getattr(p, "envvar", None), str)}
@@ -169,6 +178,21 @@ def exec_form(arguments: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"not a list of strings: {arguments}")
     return value
+
+
+def base_image(from_args: str, instructions: list[tuple[str, str]]) -> str:
+    """A FROM's image with the ARG defaults declared before the first FROM filled in:
+    what users get when they build without --build-arg."""
+    defaults: dict[str, str] = {}
+    for keyword, args in instructions:
+        if keyword == "FROM":
+            break
+        if keyword == "ARG":
+            name, _, value = args.partition("=")
+            defaults[name.strip()] = value.strip()
+    image = from_args.split(maxsplit=1)[0]
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                  lambda m: defaults.get(m.group(1) or m.group(2), m.group(0)), image)
 
 
 def final_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -250,7 +274,8 @@ def image_problems(compose: Compose) -> list[str]:
     """The Dockerfile builds the CLI image, and every command run in it is a real command."""
     instructions = dockerfile_instructions(DOCKERFILE.read_text())
     problems = []
-    bases = [args.split()[0] for keyword, args in instructions if keyword == "FROM"]
+    bases = [base_image(args, instructions) for keyword, args in instructions
+             if keyword == "FROM"]
     if not bases or bases[-1] != "python:3.11-slim":
         problems.append(f"Dockerfile: the final image is {bases[-1:]}, not python:3.11-slim")
     if not any(keyword == "RUN" and re.search(r"pip install (\S+ )*\.(\s|$)", args)
@@ -278,11 +303,18 @@ def service_image_problems(compose: Compose, instructions: list[tuple[str, str]]
     """Each service built from the Dockerfile runs real CLI commands in it."""
     problems = []
     for name, service in loraplane_services(compose).items():
-        calls = (shell_cli_calls(service) if runs_shell(service)
-                 else [image_argv(instructions, service_command(service))])
-        if not calls:
-            problems.append(f"{name}: its script never calls loraplane")
-        problems += [f"{name}: {p}" for argv in calls for p in cli_problems(argv)]
+        script = python_script(service)
+        if script is not None:
+            try:
+                compile(script, name, "exec")
+            except SyntaxError as exc:
+                problems.append(f"{name}: its Python script does not compile: {exc}")
+        else:
+            calls = (shell_cli_calls(service) if runs_shell(service)
+                     else [image_argv(instructions, service_command(service))])
+            if not calls:
+                problems.append(f"{name}: its script never calls loraplane")
+            problems += [f"{name}: {p}" for argv in calls for p in cli_problems(argv)]
         build = service["build"]
         context = build if isinstance(build, str) else build.get("context", ".")
         dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile",

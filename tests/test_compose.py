@@ -49,15 +49,16 @@ from tests.compose_support import (
     service_command,
 )
 
-HEALTHCHECKED = ("postgres", "nats", "minio", "registry")
+HEALTHCHECKED = ("postgres", "nats", "s3", "registry")
 # The probe each healthcheck must make.
 PROBES = {
     "postgres": "pg_isready",
     "nats": "/healthz?js-enabled-only=true",
-    "minio": "/minio/health/live",
+    "s3": "/healthz",
     "registry": "/readyz",
 }
 ONE_SHOTS = ("migrate",)
+S3_SERVICE = "s3"
 
 
 class ComposeSettings(RegistrySettings):
@@ -101,7 +102,7 @@ def settings_problems(compose: Compose) -> list[str]:
         problems.append("registry: runs its own NATS instead of the nats service")
     if settings.admin_token is None:
         problems.append("registry: no admin token, nobody could use the API")
-    for url, service in ((settings.database_url, "postgres"), (settings.s3_endpoint, "minio"),
+    for url, service in ((settings.database_url, "postgres"), (settings.s3_endpoint, S3_SERVICE),
                          (settings.nats_url, "nats")):
         host = urlsplit(url or "").hostname
         if host != service or service not in services:
@@ -118,7 +119,7 @@ def settings_problems(compose: Compose) -> list[str]:
 
 
 def credential_problems(compose: Compose, settings: RegistrySettings) -> list[str]:
-    """The registry's credentials are the ones the postgres and minio services create."""
+    """The registry's credentials are the ones the postgres and s3 services create."""
     services = compose["services"]
     problems = []
     pg = {k: interpolate(v) for k, v in environment(services.get("postgres", {})).items()}
@@ -126,15 +127,15 @@ def credential_problems(compose: Compose, settings: RegistrySettings) -> list[st
     if (url.username, url.password, url.path.lstrip("/")) != (
             pg.get("POSTGRES_USER"), pg.get("POSTGRES_PASSWORD"), pg.get("POSTGRES_DB")):
         problems.append("registry: LORAPLANE_DATABASE_URL does not match the postgres service")
-    minio = {k: interpolate(v) for k, v in environment(services.get("minio", {})).items()}
+    s3 = {k: interpolate(v) for k, v in environment(services.get(S3_SERVICE, {})).items()}
     access = settings.s3_access_key.get_secret_value() if settings.s3_access_key else None
     secret = settings.s3_secret_key.get_secret_value() if settings.s3_secret_key else None
-    if (access, secret) != (minio.get("MINIO_ROOT_USER"), minio.get("MINIO_ROOT_PASSWORD")):
-        problems.append("registry: the S3 keys are not the minio service's credentials")
+    if (access, secret) != (s3.get("S3_ACCESS_KEY"), s3.get("S3_SECRET_KEY")):
+        problems.append("registry: the S3 keys are not the s3 service's credentials")
     creates = [name for name, svc in services.items()
                if settings.s3_bucket and settings.s3_bucket
                in {interpolate(v) for v in environment(svc).values()}
-               and "mc mb" in json.dumps(svc.get("command", ""))]
+               and "create_bucket" in json.dumps(svc.get("command", ""))]
     if not settings.s3_create_bucket and not creates:
         problems.append(f"registry: nothing creates the bucket {settings.s3_bucket!r}")
     return problems
@@ -150,7 +151,7 @@ def dependency_problems(compose: Compose) -> list[str]:
             elif condition == "service_healthy" and healthcheck_text(services[target]) is None:
                 problems.append(f"{name}: waits for {target} to be healthy; it has no healthcheck")
     registry = depends_on(services.get("registry", {}))
-    for target in ("postgres", "nats", "minio"):
+    for target in ("postgres", "nats", S3_SERVICE):
         if registry.get(target) != "service_healthy":
             problems.append(f"registry: does not wait for {target} to be healthy")
     for target in ONE_SHOTS:
@@ -222,7 +223,7 @@ def dockerignore_problems() -> list[str]:
 
 def test_every_service_is_declared() -> None:
     services = load_compose()["services"]
-    assert {"postgres", "nats", "minio", "migrate", "registry", "vllm", "agent"} <= set(services)
+    assert {"postgres", "nats", "s3", "migrate", "registry", "vllm", "agent"} <= set(services)
     for name, service in services.items():
         assert "image" in service or "build" in service, name
 
@@ -281,7 +282,7 @@ def test_compose_cli_accepts_the_file() -> None:
 
 
 def _unknown_variable(c: Compose) -> None:
-    c["services"]["registry"]["environment"]["LORAPLANE_S3_ENDPOINT_URL"] = "http://minio:9000"
+    c["services"]["registry"]["environment"]["LORAPLANE_S3_ENDPOINT_URL"] = "http://s3:8333"
 
 
 def _missing_variable(c: Compose) -> None:
@@ -297,7 +298,7 @@ def _missing_dependency(c: Compose) -> None:
 
 
 def _unhealthy_dependency(c: Compose) -> None:
-    del c["services"]["minio"]["healthcheck"]
+    del c["services"]["s3"]["healthcheck"]
 
 
 def _started_not_completed(c: Compose) -> None:
@@ -325,22 +326,27 @@ def _unknown_option(c: Compose) -> None:
 
 
 def _wrong_credentials(c: Compose) -> None:
-    c["services"]["registry"]["environment"]["LORAPLANE_S3_SECRET_KEY"] = "not-minio's"
+    c["services"]["registry"]["environment"]["LORAPLANE_S3_SECRET_KEY"] = "not-the-s3-key"
+
+
+def _broken_bucket_script(c: Compose) -> None:
+    c["services"]["createbucket"]["command"] = ["import boto3\nwhile True\n    pass\n"]
 
 
 @pytest.mark.parametrize(("change", "expected"), [
+    (_broken_bucket_script, "createbucket: its Python script does not compile"),
     (_unknown_variable, "LORAPLANE_S3_ENDPOINT_URL is not a RegistrySettings field"),
     (_missing_variable, "LORAPLANE_NATS_URL is not set"),
     (_bad_setting, "database_url"),
     (_missing_dependency, "'objectstore', which is not a service"),
-    (_unhealthy_dependency, "minio: no healthcheck"),
+    (_unhealthy_dependency, "s3: no healthcheck"),
     (_started_not_completed, "does not wait for migrate to complete"),
     (_wrong_probe, "nats: the healthcheck does not probe"),
     (_no_jetstream, "JetStream is not enabled"),
     (_cycle, "dependency cycle"),
     (_wrong_command, "has no command 'server'"),
     (_unknown_option, "--to"),
-    (_wrong_credentials, "S3 keys are not the minio service's credentials"),
+    (_wrong_credentials, "S3 keys are not the s3 service's credentials"),
 ])
 def test_checks_catch_a_broken_file(change: Callable[[Compose], None], expected: str) -> None:
     compose = copy.deepcopy(load_compose())

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
-
-import nats
+from typing import Any
 
 from devharness.adapters import make_adapter
 from devharness.openai_client import RETRY_OVER_HTTP
 from devharness.registry import RegistryHarness
-from devharness.uploads import count_rows, upload_dir
+from devharness.uploads import count_rows, stream_events, upload_dir
 from devharness.waiting import eventually
-from loraplane.events import STREAM_NAME
 
 
 async def test_upload_while_s3_is_down_answers_503_and_leaves_no_row(
@@ -35,28 +32,13 @@ async def test_upload_while_s3_is_down_answers_503_and_leaves_no_row(
     assert again.status_code == 201, again.text
 
 
-async def _stream_messages(url: str) -> list[dict[str, object]]:
-    client = await nats.connect(url)
-    try:
-        js = client.jetstream()
-        info = await js.stream_info(STREAM_NAME)
-        messages = []
-        for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            raw = await js.get_msg(STREAM_NAME, seq)
-            assert raw.data is not None
-            messages.append(json.loads(raw.data))
-        return messages
-    finally:
-        await client.close()
-
-
 async def _wait_for_messages(
     url: str, count: int, timeout_s: float = 20
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
-            messages = await _stream_messages(url)
+            messages = await stream_events(url)
         except Exception:
             messages = []
         if len(messages) >= count or asyncio.get_running_loop().time() > deadline:
