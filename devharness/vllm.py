@@ -34,7 +34,11 @@ class VllmServerError(ProcessError):
 
 
 def vllm_venv_dir() -> Path:
-    return Path(os.environ.get("LORAPLANE_VLLM_VENV", REPO_ROOT / ".venv-vllm"))
+    """Where scripts/vllm/install.sh puts the venv: a per-user cache that clones share."""
+    if "LORAPLANE_VLLM_VENV" in os.environ:
+        return Path(os.environ["LORAPLANE_VLLM_VENV"])
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "loraplane" / "vllm-venv"
 
 
 def _tail(text: str, lines: int) -> str:

@@ -5,7 +5,7 @@
 # while the stream runs, and prints a timeline of the hot swap. Everything it starts is
 # stopped at the end, also on Ctrl-C or a failure.
 #
-# A fresh machine spends ~2 minutes installing vLLM into .venv-vllm; the tiny model is
+# A fresh machine spends ~2 minutes installing vLLM into ~/.cache/loraplane/vllm-venv; the tiny model is
 # built once into .artifacts/demo/; later runs go straight to the demo (~1.5 minutes,
 # most of it vLLM starting). Logs of the last run: .artifacts/demo/last-run/.
 set -euo pipefail

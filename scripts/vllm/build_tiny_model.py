@@ -4,7 +4,8 @@
 
 Run with the vLLM venv's python (it needs torch, transformers, tokenizers, peft):
 
-    .venv-vllm/bin/python scripts/vllm/build_tiny_model.py OUT_DIR [--base-model-name tiny-llama]
+    ~/.cache/loraplane/vllm-venv/bin/python scripts/vllm/build_tiny_model.py OUT_DIR \
+        [--base-model-name tiny-llama]
 
 Layout of OUT_DIR:
     base/                    safetensors weights, config, tokenizer (with a chat template)

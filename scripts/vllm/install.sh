@@ -7,13 +7,15 @@
 # only re-checks that `import vllm` still works.
 #
 # Environment:
-#   LORAPLANE_VLLM_VENV    target venv (default: <repo>/.venv-vllm)
+#   LORAPLANE_VLLM_VENV    target venv (default: ${XDG_CACHE_HOME:-~/.cache}/loraplane/vllm-venv,
+#                          shared by every clone on the machine, so a clean clone in CI
+#                          does not install 3.4 GB again; the marker's recipe refreshes it)
 #   LORAPLANE_VLLM_PYTHON  interpreter used to create it (default: python3.11, else python3)
 set -euo pipefail
 
 started=$(date +%s)
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-venv="${LORAPLANE_VLLM_VENV:-${repo_root}/.venv-vllm}"
+venv="${LORAPLANE_VLLM_VENV:-${XDG_CACHE_HOME:-${HOME}/.cache}/loraplane/vllm-venv}"
 
 # Bump RECIPE whenever the package set below changes, so old venvs are refreshed.
 RECIPE="loraplane-vllm-1"
@@ -31,6 +33,10 @@ venv_ok() {
     && HF_HUB_OFFLINE=1 "${venv}/bin/python" -c "import vllm, peft" >/dev/null 2>&1
 }
 
+mkdir -p "$(dirname "${venv}")"
+# Clones share the venv: one installs, the others wait for it and then find it complete.
+exec 9>"${venv}.lock"
+flock 9
 if venv_ok; then
   log "already complete: ${venv} (${RECIPE})"
   exit 0
