@@ -210,8 +210,28 @@ async def adapter_rollout(
     """For each alias of the adapter: who serves which version, who failed and why."""
     principal.require(Role.READER)
     adapter = await _rollout_adapter(session, principal, name)
-    targets = await _alias_targets(session, adapter)
     reports = await _reports(session, stale_after_s)
+    return await _rollout(session, adapter, reports, stale_after_s)
+
+
+async def tenant_rollouts(
+    session: AsyncSession, principal: Principal, *,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S, limit: int = 1000,
+) -> list[RolloutOut]:
+    """The rollout of every live adapter the principal may see, by name (the fleet view);
+    the agents' reports are read once for all of them."""
+    principal.require(Role.READER)
+    query = select(Adapter).where(Adapter.deleted_at.is_(None))
+    if not principal.is_global:
+        query = query.where(Adapter.tenant_id == principal.tenant_id)
+    adapters = list(await session.scalars(query.order_by(Adapter.name).limit(limit)))
+    reports = await _reports(session, stale_after_s)
+    return [await _rollout(session, adapter, reports, stale_after_s) for adapter in adapters]
+
+
+async def _rollout(session: AsyncSession, adapter: Adapter, reports: list[AgentReport],
+                   stale_after_s: float) -> RolloutOut:
+    targets = await _alias_targets(session, adapter)
     by_alias, unaliased = group_entries(adapter_entries(reports, adapter.name), targets)
     fleet = [r for r in reports if r.base_model == adapter.base_model]
     aliases = [
