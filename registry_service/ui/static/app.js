@@ -100,11 +100,17 @@ function signOut(message = "") {
 
 // ---- adapters and timelines -----------------------------------------------------
 
+// Two changes close together start two loads; only the latest one may draw, so an
+// older answer arriving last never replaces a newer one.
+let loads = 0;
+
 async function loadAdapters() {
+  const load = ++loads;
   try {
     const page = await api("/v1/adapters?limit=1000");
+    if (load !== loads) return;
     renderAdapters(page.adapters);
-    if (state.selected) await loadTimeline(state.selected);
+    if (state.selected) await loadTimeline(state.selected, load);
   } catch (error) { handle(error); }
 }
 
@@ -131,10 +137,10 @@ async function select(name) {
   await loadTimeline(name);
 }
 
-async function loadTimeline(name) {
+async function loadTimeline(name, load = loads) {
   try {
     const timeline = await api(`/ui/api/adapters/${encodeURIComponent(name)}/timeline`);
-    if (state.selected === name) renderTimeline(timeline);
+    if (state.selected === name && load === loads) renderTimeline(timeline);
   } catch (error) {
     if (error instanceof ApiError && error.status === 404) {
       state.selected = null;

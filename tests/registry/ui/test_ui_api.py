@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from devharness.registry import RegistryHarness
+from registry_service.ui.routes import STATIC
 from tests.registry.agents.support import served
 from tests.registry.auth.principals import assert_error
 from tests.registry.ui.support import (
@@ -127,3 +129,19 @@ async def test_deleted_adapters_leave_the_fleet(registry: RegistryHarness,
     assert response.status_code == 204, response.text
     fleet = await registry.client.get("/ui/api/fleet", headers=registry.admin_headers)
     assert [r["adapter"] for r in fleet.json()["adapters"]] == ["rival"]
+
+
+async def test_the_page_and_its_files_come_from_the_package(registry: RegistryHarness) -> None:
+    for path in ("/", "/dashboard"):
+        response = await registry.client.get(path)
+        assert (response.status_code, response.headers["location"]) == (307, "/ui")
+    page = await registry.client.get("/ui")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    for name in sorted(p.name for p in STATIC.iterdir()):
+        served_file = await registry.client.get(f"/ui/static/{name}")
+        assert served_file.status_code == 200, name
+        # Nothing the page loads or calls is elsewhere: no absolute or protocol-relative URL.
+        assert not re.search(r"https?:|[\"'(]//", served_file.text), name
+    assert_error(await registry.client.get("/ui/static/missing.js"), 404, "not_found")
