@@ -233,6 +233,22 @@ async def alias_versions(
     return [(alias, number) for alias, number in await session.execute(query)]
 
 
+async def aliases_by_adapter(
+    session: AsyncSession, adapter_ids: Sequence[int]
+) -> dict[int, list[tuple[Alias, int | None]]]:
+    """``alias_versions(..., removed=True)`` of many adapters in one query, by adapter id
+    (an adapter without aliases maps to an empty list)."""
+    found: dict[int, list[tuple[Alias, int | None]]] = {i: [] for i in adapter_ids}
+    if not adapter_ids:
+        return found
+    rows = await session.execute(
+        select(Alias, Version.number).outerjoin(Version, Version.id == Alias.version_id)
+        .where(Alias.adapter_id.in_(adapter_ids)).order_by(Alias.adapter_id, Alias.name))
+    for alias, number in rows:
+        found[alias.adapter_id].append((alias, number))
+    return found
+
+
 async def alias_targets(
     session: AsyncSession, where: Sequence[ColumnElement[bool]]
 ) -> Sequence[Row[Alias, Version]]:

@@ -1,8 +1,8 @@
 """The page's live feed: server-sent events from a short poll of the registry's state.
 
-Each look is one short read in a session of its own: the token is checked again (a
+Each look is a few short queries in a session of its own: the token is checked again (a
 revoked token ends the stream), then the caller's events mark and fleet are compared
-with the last ones sent. Only changes are sent, so an idle page costs one read a tick.
+with the last ones sent. Only changes are sent: an idle page receives nothing but pings.
 Polling, not the relay's in-process hook, so a page sees the changes made through every
 replica of the registry.
 """
