@@ -35,6 +35,7 @@ from registry_service.events.routes import router as events_router
 from registry_service.metrics import RegistryMetrics
 from registry_service.routing.routes import router as routing_router
 from registry_service.settings import RegistrySettings
+from registry_service.ui.routes import install_ui
 from registry_service.versions.routes import router as versions_router
 
 log = logging.getLogger(__name__)
@@ -89,5 +90,6 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
                    routing_router, events_router, desired_router, agents_router,
                    tokens_router, blobs_router):
         app.include_router(router)
+    install_ui(app)
     install_openapi(app)
     return app

@@ -32,13 +32,19 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 _bearer = HTTPBearer(auto_error=False)
 
 
-async def get_principal(
-    ctx: CtxDep,
+def get_token(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
+) -> str | None:
+    return credentials.credentials if credentials else None
+
+
+TokenDep = Annotated[str | None, Depends(get_token)]
+
+
+async def get_principal(ctx: CtxDep, token: TokenDep) -> Principal:
     # Its own short session: authentication is not part of the use case's transaction.
     async with ctx.db.session() as session:
-        return await authenticate(session, credentials.credentials if credentials else None)
+        return await authenticate(session, token)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

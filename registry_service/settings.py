@@ -75,6 +75,8 @@ class RegistrySettings(BaseSettings, NatsSettings):
     presign_expires_s: int = Field(default=300, gt=0, le=7 * 24 * 3600)
     relay_poll_interval_s: float = Field(default=1.0, gt=0)
     relay_batch_size: int = Field(default=100, gt=0)
+    # How often each open /ui live stream looks for changes (one short read per look).
+    ui_poll_interval_s: float = Field(default=1.0, gt=0, le=60)
     # How long one publish waits for JetStream's ack.
     relay_publish_timeout_s: float = Field(default=5.0, gt=0)
     # A relay's lease on the outbox rows it is publishing; one that dies loses it then.

@@ -185,20 +185,39 @@ async def alias_history(
 ) -> AliasHistory:
     principal.require(Role.READER)
     adapter = await get_visible_adapter(session, principal, name)
-    from_v, to_v = aliased(Version), aliased(Version)
-    rows = await session.execute(
-        select(AliasMove, from_v.number, to_v.number)
-        .join(Alias, Alias.id == AliasMove.alias_id)
-        .outerjoin(from_v, from_v.id == AliasMove.from_version_id)
-        .outerjoin(to_v, to_v.id == AliasMove.to_version_id)
-        .where(Alias.adapter_id == adapter.id, Alias.name == alias_name)
-        .order_by(AliasMove.revision.desc()).limit(limit)
-    )
-    moves = [AliasMoveOut(revision=m.revision, action=m.action, from_version=f, to_version=t,
-                          actor=m.actor, created_at=m.created_at) for m, f, t in rows]
+    moves = [move for _, move in await _moves(session, adapter, limit, alias_name)]
     if not moves:
         await _existing_alias(session, adapter, alias_name)
     return AliasHistory(adapter=adapter.name, alias=alias_name, moves=moves)
+
+
+async def adapter_moves(
+    session: AsyncSession, adapter: Adapter, limit: int
+) -> list[tuple[str, AliasMoveOut]]:
+    """The latest ``limit`` moves of every alias of ``adapter`` (removed ones included),
+    newest first, each with its alias's name."""
+    return await _moves(session, adapter, limit, None)
+
+
+async def _moves(
+    session: AsyncSession, adapter: Adapter, limit: int, alias_name: str | None
+) -> list[tuple[str, AliasMoveOut]]:
+    from_v, to_v = aliased(Version), aliased(Version)
+    query = (
+        select(Alias.name, AliasMove, from_v.number, to_v.number)
+        .join(Alias, Alias.id == AliasMove.alias_id)
+        .outerjoin(from_v, from_v.id == AliasMove.from_version_id)
+        .outerjoin(to_v, to_v.id == AliasMove.to_version_id)
+        .where(Alias.adapter_id == adapter.id)
+    )
+    if alias_name is not None:
+        query = query.where(Alias.name == alias_name)
+    # The id orders the moves as they were inserted; an alias's moves are serialized by
+    # its row lock, so for one alias that is also the order of revisions.
+    rows = await session.execute(query.order_by(AliasMove.id.desc()).limit(limit))
+    return [(alias, AliasMoveOut(revision=m.revision, action=m.action, from_version=f,
+                                 to_version=t, actor=m.actor, created_at=m.created_at))
+            for alias, m, f, t in rows]
 
 
 async def alias_versions(
@@ -212,6 +231,22 @@ async def alias_versions(
     if not removed:
         query = query.where(Alias.version_id.is_not(None))
     return [(alias, number) for alias, number in await session.execute(query)]
+
+
+async def aliases_by_adapter(
+    session: AsyncSession, adapter_ids: Sequence[int]
+) -> dict[int, list[tuple[Alias, int | None]]]:
+    """``alias_versions(..., removed=True)`` of many adapters in one query, by adapter id
+    (an adapter without aliases maps to an empty list)."""
+    found: dict[int, list[tuple[Alias, int | None]]] = {i: [] for i in adapter_ids}
+    if not adapter_ids:
+        return found
+    rows = await session.execute(
+        select(Alias, Version.number).outerjoin(Version, Version.id == Alias.version_id)
+        .where(Alias.adapter_id.in_(adapter_ids)).order_by(Alias.adapter_id, Alias.name))
+    for alias, number in rows:
+        found[alias.adapter_id].append((alias, number))
+    return found
 
 
 async def alias_targets(

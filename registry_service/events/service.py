@@ -109,6 +109,19 @@ async def last_event_seq(session: AsyncSession) -> int:
     return int(await session.scalar(select(func.coalesce(func.max(EventRow.seq), 0))) or 0)
 
 
+async def events_mark(session: AsyncSession, tenant: str | None) -> tuple[int, int]:
+    """(how many events, the highest seq) of ``tenant`` (None: all): a change detector.
+
+    The count is there because on Postgres a transaction that commits late can add a
+    row below the highest seq already seen; the count moves even then.
+    """
+    query = select(func.count(), func.coalesce(func.max(EventRow.seq), 0))
+    if tenant is not None:
+        query = query.where(EventRow.tenant == tenant)
+    count, top = (await session.execute(query)).one()
+    return int(count), int(top)
+
+
 async def last_stream_seq(session: AsyncSession) -> int:
     value = await session.scalar(select(func.coalesce(func.max(EventRow.stream_seq), 0)))
     return int(value or 0)
@@ -120,6 +133,7 @@ __all__ = [
     "envelope",
     "event_json",
     "event_of",
+    "events_mark",
     "last_event_seq",
     "last_stream_seq",
     "list_events",

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
@@ -65,7 +65,16 @@ async def get_version(name: str, version: VersionPath, session: SessionDep,
     return await service.show_version(session, principal, name, version)
 
 
-@router.get("/{version}/files/{filename}", response_model=None)
+# The file's bytes, or a redirect to the blob store: never the JSON FastAPI assumes.
+_FILE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "the file's bytes",
+          "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                              "format": "binary"}}}},
+    307: {"description": "a presigned URL of the blob store, when it serves downloads"},
+}
+
+
+@router.get("/{version}/files/{filename}", response_model=None, responses=_FILE_RESPONSES)
 async def get_file(name: str, version: VersionPath, filename: str, session: SessionDep,
                    principal: PrincipalDep, ctx: CtxDep) -> Response:
     found = await service.open_file(session, principal, name, version, filename,

@@ -1,0 +1,74 @@
+"""``/ui``: the page, its static files, its JSON endpoints and its live stream.
+
+The page sends the registry token as a bearer header on every call, like any client:
+the endpoints use the usual authentication and tenant scoping, and no cookie is set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Query
+from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+
+from registry_service.deps import CtxDep, PrincipalDep, SessionDep, TokenDep
+from registry_service.ui import service
+from registry_service.ui.schemas import Fleet, SignedIn, Timeline
+from registry_service.ui.stream import live_updates
+
+STATIC = Path(__file__).parent / "static"
+# The page may load and call nothing but this registry.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+                               "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+}
+
+pages = APIRouter(include_in_schema=False)
+api = APIRouter(prefix="/ui/api", tags=["ui"])
+
+
+@pages.get("/")
+@pages.get("/dashboard")
+async def to_ui() -> RedirectResponse:
+    return RedirectResponse("/ui", status_code=307)
+
+
+@pages.get("/ui")
+async def page() -> FileResponse:
+    return FileResponse(STATIC / "index.html", headers=_PAGE_HEADERS)
+
+
+@api.get("/session")
+async def get_session(principal: PrincipalDep) -> SignedIn:
+    """Who the token is; the page's sign-in checks the token with it."""
+    return service.signed_in(principal)
+
+
+@api.get("/adapters/{name}/timeline")
+async def get_timeline(name: str, session: SessionDep, principal: PrincipalDep,
+                       limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> Timeline:
+    return await service.timeline(session, principal, name, limit)
+
+
+@api.get("/fleet")
+async def get_fleet(session: SessionDep, principal: PrincipalDep) -> Fleet:
+    return await service.fleet(session, principal)
+
+
+@api.get("/stream", include_in_schema=False)
+async def stream(ctx: CtxDep, principal: PrincipalDep, token: TokenDep) -> StreamingResponse:
+    # ``principal`` refuses a bad token with the usual 4xx before the stream starts.
+    del principal
+    updates = live_updates(ctx.db, token, interval_s=ctx.settings.ui_poll_interval_s)
+    return StreamingResponse(updates, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def install_ui(app: FastAPI) -> None:
+    app.include_router(pages)
+    app.include_router(api)
+    app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")

@@ -1,0 +1,62 @@
+"""What the page shows, read through the other domains' use cases and queries."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from loraplane.api.aliases import AliasMoveOut
+from loraplane.api.versions import VersionOut
+from registry_service.adapters.lookup import get_visible_adapter
+from registry_service.adapters.service import show_adapter
+from registry_service.agents.service import DEFAULT_STALE_AFTER_S, tenant_rollouts
+from registry_service.aliases.service import adapter_moves
+from registry_service.auth.roles import Principal, Role
+from registry_service.events.service import events_mark
+from registry_service.ui.schemas import Fleet, SignedIn, Timeline, TimelineEntry
+from registry_service.versions.service import list_versions
+
+
+def signed_in(principal: Principal) -> SignedIn:
+    principal.require(Role.READER)
+    return SignedIn(name=principal.name, role=principal.role.value, tenant=principal.tenant)
+
+
+def _version_entry(version: VersionOut) -> TimelineEntry:
+    return TimelineEntry(kind="version", at=version.created_at, actor=version.uploader,
+                         version=version.version, notes=version.notes,
+                         digest=version.digest, total_size=version.total_size)
+
+
+def _move_entry(alias: str, move: AliasMoveOut) -> TimelineEntry:
+    return TimelineEntry(kind="move", at=move.created_at, actor=move.actor, alias=alias,
+                         action=move.action, from_version=move.from_version,
+                         to_version=move.to_version, version=move.to_version,
+                         revision=move.revision)
+
+
+async def timeline(session: AsyncSession, principal: Principal, name: str,
+                   limit: int) -> Timeline:
+    """The adapter's uploads and alias moves, newest first, at most ``limit`` of them."""
+    adapter_out = await show_adapter(session, principal, name)
+    adapter = await get_visible_adapter(session, principal, name)
+    versions = await list_versions(session, principal, name, limit=limit, cursor=None)
+    moves = await adapter_moves(session, adapter, limit)
+    entries = [_version_entry(v) for v in versions.versions]
+    entries += [_move_entry(alias, move) for alias, move in moves]
+    # A push's moves share their version's time: they come above it, as they follow it.
+    entries.sort(key=lambda e: (e.at, e.kind == "move"), reverse=True)
+    truncated = versions.next_cursor is not None or len(moves) == limit \
+        or len(entries) > limit
+    return Timeline(adapter=adapter_out, entries=entries[:limit], truncated=truncated)
+
+
+async def fleet(session: AsyncSession, principal: Principal, *,
+                stale_after_s: float = DEFAULT_STALE_AFTER_S) -> Fleet:
+    return Fleet(adapters=await tenant_rollouts(session, principal,
+                                                stale_after_s=stale_after_s))
+
+
+async def change_mark(session: AsyncSession, principal: Principal) -> tuple[int, int]:
+    """Moves whenever an event the principal may read is written (see ``events_mark``)."""
+    principal.require(Role.READER)
+    return await events_mark(session, None if principal.is_global else principal.tenant)

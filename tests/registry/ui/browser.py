@@ -1,0 +1,44 @@
+"""Debian's chromium driven by Playwright, for the /ui tests; screenshots for CI."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+CHROMIUM = Path("/usr/bin/chromium")
+# CI keeps this folder's screenshots (see README, "The web page").
+SCREENSHOTS = Path(os.environ.get("LORAPLANE_SCREENSHOTS",
+                                  Path(__file__).parents[3] / "artifacts" / "screenshots"))
+# Generous: a loaded CI machine; every wait ends as soon as its condition holds.
+expect.set_options(timeout=30_000)
+
+
+def require_chromium() -> Path:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/ci-tools.sh as root (it installs "
+                    "Debian's chromium); Playwright cannot download a browser here",
+                    pytrace=False)
+    return CHROMIUM
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Browser]:
+    """Headless Debian chromium; Playwright is pointed at it and downloads nothing."""
+    path = require_chromium()
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(path), headless=True)
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+async def screenshot(page: Page, name: str) -> Path:
+    path = SCREENSHOTS / f"{name}.png"  # Playwright makes the folders
+    await page.screenshot(path=str(path), full_page=True)
+    return path
