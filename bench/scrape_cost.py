@@ -9,6 +9,8 @@ Windows of ``--window`` seconds take turns, over ``--rounds`` rounds (A B C, the
 
 - ``agent``: ``--rate`` GETs a second of the agent's ``/metrics``, sent on a fixed
   schedule (open loop: a slow answer does not delay the next scrape);
+- ``agent-lean``: the same of ``/metrics/model-server``, the protocol's series alone
+  (what deploy/kubernetes/ points llm-d's picker at);
 - ``vllm``: the same of vLLM's own ``/metrics``, which the picker would scrape without
   the agent, for comparison;
 - ``idle``: no scrape at all, the baseline of both processes' CPU (the agent's copy of
@@ -42,10 +44,12 @@ from bench.common import cpu_seconds, git_commit, percentile, table, write_json
 from devharness.llmd import parse_endpoint
 from devharness.openai_client import OpenAIClient
 from devharness.testbed import Testbed, metric
+from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from loraplane.client import AsyncRegistryClient
 
 ADAPTERS = {"scrape-1": "a1", "scrape-2": "a2", "scrape-3": "a3"}
-TARGETS = ("agent", "vllm", "idle")
+TARGETS = ("agent", "agent-lean", "vllm", "idle")
+PATHS = {"agent": "/metrics", "agent-lean": MODEL_SERVER_METRICS_PATH, "vllm": "/metrics"}
 VLLM_SCRAPES = "loraplane_agent_vllm_metrics_scrapes_total"
 
 
@@ -65,7 +69,7 @@ class Window:
 async def _scrape(client: httpx.AsyncClient, window: Window) -> None:
     sent = time.perf_counter()
     try:
-        response = await client.get("/metrics")
+        response = await client.get(PATHS[window.target])
     except httpx.HTTPError:
         window.failed += 1
         return
@@ -103,8 +107,9 @@ def _cpu(pids: tuple[int, int]) -> tuple[float, float]:
     return agent, vllm
 
 
-def _text(url: str) -> str:
-    response = httpx.get(f"{url}/metrics", timeout=30)
+def _text(url: str, path: str = "/metrics") -> str:
+    """A page, read blocking: only between windows, where nothing else runs."""
+    response = httpx.get(f"{url}{path}", timeout=30)
     response.raise_for_status()
     return response.text
 
@@ -120,6 +125,8 @@ async def prepare(testbed: Testbed) -> None:
             await api.push(name, testbed.adapter_dir(folder))
             await wait_served(client, name, f"{name}@1", 60.0)
     seen = parse_endpoint(_text(agent.url))
+    lean = _text(agent.url, MODEL_SERVER_METRICS_PATH)
+    assert parse_endpoint(lean) == seen, "the lean page says what /metrics says"
     expected = {n for name in ADAPTERS for n in (name, f"{name}@live", f"{name}@1")}
     assert seen.active_models == expected, seen
     assert seen.running_requests is not None and seen.kv_cache_usage is not None, seen
@@ -133,9 +140,10 @@ async def measure(testbed: Testbed, args: argparse.Namespace) -> list[Window]:
     windows: list[Window] = []
     async with httpx.AsyncClient(base_url=agent.url, timeout=30) as to_agent, \
             httpx.AsyncClient(base_url=vllm.url, timeout=30) as to_vllm:
-        clients = {"agent": to_agent, "vllm": to_vllm, "idle": None}
-        for target in ("agent", "vllm"):  # warm both paths; not counted
-            await _scrape(clients[target] or to_agent, Window(target, 0))
+        clients = {"agent": to_agent, "agent-lean": to_agent, "vllm": to_vllm, "idle": None}
+        for target, client in clients.items():  # warm every path; not counted
+            if client is not None:
+                await _scrape(client, Window(target, 0))
         for index in range(args.rounds):
             order = TARGETS if index % 2 == 0 else TARGETS[::-1]
             for target in order:

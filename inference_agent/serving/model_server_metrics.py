@@ -4,7 +4,10 @@ When a gateway scrapes the agent instead of vLLM, the agent answers the series t
 Gateway API Inference Extension's model-server protocol names (and llm-d's router reads
 for its ``vllm`` engine): ``vllm:lora_requests_info`` from the agent's own state, and
 vLLM's queue, KV-cache and cache-config series from the copy ``VllmMetricsMirror`` keeps.
-Rendering reads memory only; a scrape never reaches vLLM.
+Rendering reads memory only; a scrape never reaches vLLM. ``/metrics`` carries them after
+the agent's own metrics; ``MODEL_SERVER_METRICS_PATH`` carries them alone, for a picker
+scraping many times a second (the agent's own histograms cost most of a ``/metrics``
+render: bench/scrape_cost.py).
 
 ``vllm:lora_requests_info`` as the picker parses it: of the series of that family it
 takes the one with the highest value (vLLM sets it to the time of its update), splits
@@ -41,6 +44,9 @@ from inference_agent.serving.routes import RouteTable
 from loraplane.naming import DEFAULT_ALIAS
 
 LORA_INFO = "vllm:lora_requests_info"
+# Where the agent serves these series alone (``/metrics`` has them too, after the
+# agent's own): the path to give a gateway's picker, which scrapes many times a second.
+MODEL_SERVER_METRICS_PATH = "/metrics/model-server"
 _HELP = ("Adapter versions this agent has loaded in vLLM (running, busy or idle) and is "
          "loading (waiting), by every name clients use; max_lora counts names")
 

@@ -35,6 +35,7 @@ from inference_agent.node.registry_client import RegistryLink
 from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.calls import ProxyCall
 from inference_agent.serving.leases import Leases
+from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from inference_agent.serving.openai_errors import (
     ProxyError,
     bad_request,
@@ -243,6 +244,13 @@ class Proxy:
             body += self.model_server()
         return Response(body, media_type=CONTENT_TYPE)
 
+    async def model_server_metrics(self, request: Request) -> Response:
+        """Only the model-server protocol's series: what a gateway's picker scrapes many
+        times a second, without rendering every metric of the agent each time."""
+        if self.model_server is None:
+            return Response(status_code=404)
+        return Response(self.model_server(), media_type=CONTENT_TYPE)
+
 
 def _refuse(call: ProxyCall, error: ProxyError) -> Response:
     call.done(error.status, error.code)
@@ -326,6 +334,7 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
             Route("/healthz", proxy.healthz, methods=["GET"]),
             Route("/readyz", proxy.readyz, methods=["GET"]),
             Route("/metrics", proxy.prometheus, methods=["GET"]),
+            Route(MODEL_SERVER_METRICS_PATH, proxy.model_server_metrics, methods=["GET"]),
         ],
         middleware=[Middleware(InflightMiddleware, inflight=inflight)],
         lifespan=lifespan,

@@ -20,6 +20,7 @@ from devharness.tcp_pause import PausableTcpProxy
 from devharness.vllm import VllmServer
 from inference_agent.node.vllm_metrics import PASSED_FAMILIES
 from inference_agent.service import Agent
+from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from inference_agent.settings import AgentSettings
 from tests.agent.loop_support import running_agent, served_registry
 
@@ -67,10 +68,14 @@ async def test_the_agent_serves_the_protocol_from_memory(
 async def _scrapes_read_memory(client: httpx.AsyncClient, tcp_proxy: PausableTcpProxy,
                                vllm_server: VllmServer) -> None:
     before = sum(tcp_proxy.requests.values())
-    pages = [(await client.get("/metrics")).text for _ in range(SCRAPES)]
+    pages = [(await client.get(path)).text for _ in range(SCRAPES // 2)
+             for path in ("/metrics", MODEL_SERVER_METRICS_PATH)]
     assert sum(tcp_proxy.requests.values()) == before, \
         f"{SCRAPES} scrapes of the agent made requests to vLLM: {tcp_proxy.requests}"
-    page = pages[-1]
+    page, lean = pages[-2:]
+    # The lean path: the same protocol series, without the agent's own metrics.
+    assert parse_endpoint(lean) == parse_endpoint(page)
+    assert set(families(lean)) == {LORA_INFO} | (PASSED_FAMILIES & set(families(page)))
     seen = parse_endpoint(page)
     # Both versions, idle now, under every name a client may send; cold is not loaded.
     assert seen.active_models == {"bot", "bot@live", "bot@1", "bot@2", "bot@canary"}

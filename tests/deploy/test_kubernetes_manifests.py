@@ -20,6 +20,8 @@ import jsonschema
 import pytest
 import yaml
 
+from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "deploy" / "kubernetes"
 SCHEMAS = MANIFESTS / "schemas"
@@ -164,8 +166,9 @@ def test_the_picker_config_scores_lora_affinity_from_the_agents_metrics() -> Non
     plugins = {p.get("name", p["type"]): p for p in config["plugins"]}
     assert {p["type"] for p in plugins.values()} <= LLMD_PLUGIN_TYPES
     source = plugins["metrics-data-source"].get("parameters", {})
-    # No port override: the picker scrapes the pool's target port, the agent's.
-    assert source.get("path", "/metrics") == "/metrics" and "port" not in source
+    # No port override: the picker scrapes the pool's target port, the agent's, on the
+    # path where the agent serves the protocol's series alone.
+    assert source["path"] == MODEL_SERVER_METRICS_PATH and "port" not in source
     assert "core-metrics-extractor" in plugins
     (profile,) = config["schedulingProfiles"]
     refs = {ref["pluginRef"]: ref.get("weight") for ref in profile["plugins"]}
