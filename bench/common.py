@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import httpx
 
@@ -255,6 +257,23 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def write_json(document: Mapping[str, Any], out: Path | None) -> None:
+    """A benchmark's results as JSON: to ``out``, or to stdout without one."""
+    text = json.dumps(document, indent=2)
+    if out is not None:
+        out.write_text(text + "\n")
+    else:
+        print(text)
+
+
+def git_commit() -> dict[str, Any]:
+    """The commit a benchmark measured, and whether the work tree differed from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
 def cpu_counters() -> tuple[int, int]:

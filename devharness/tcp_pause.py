@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -27,6 +29,13 @@ HELD_PROMPT = f"The registry publishes {HOLD_MARKER}"
 # The first event of a streamed answer: what the client waits for before it counts
 # the request as started.
 FIRST_EVENT = b"data: "
+# An HTTP/1.1 request line; the proxy counts them per method and path. Not anchored at
+# the start: on a kept-alive connection a request follows the previous body (which ends
+# with no line break) on the same "line".
+_REQUEST_LINE = re.compile(rb"(GET|POST|PUT|DELETE|HEAD|PATCH|OPTIONS) (\S+) HTTP/1\.[01]$")
+# The longest partial line kept between two reads (a request line is far shorter; a
+# long line is a body, whose tail is all that needs keeping).
+_MAX_LINE = 8192
 
 
 class PausableTcpProxy:
@@ -40,6 +49,8 @@ class PausableTcpProxy:
         # answer after the marked request (a stalled NATS: no ack, no PONG).
         self.first_event = first_event
         self.held_connections = 0
+        # "GET /metrics" -> how many such requests passed, on every connection.
+        self.requests: Counter[str] = Counter()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="pausable-tcp-proxy")
@@ -124,17 +135,28 @@ class PausableTcpProxy:
     async def _requests(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
                         marked: asyncio.Event) -> None:
         tail = b""
+        line = b""
         while data := await source.read(CHUNK):
             # The marker may straddle two reads.
             if self.marker in tail + data and not marked.is_set():
                 marked.set()
                 self.held_connections += 1
             tail = data[-len(self.marker):]
+            line = self._count_requests(line + data)
             sink.write(data)
             await sink.drain()
         # The client is done sending: half-close so the answer can still come back.
         with contextlib.suppress(OSError):
             sink.write_eof()
+
+    def _count_requests(self, data: bytes) -> bytes:
+        """Count the request lines in ``data``; return its unfinished last line."""
+        *lines, rest = data.split(b"\r\n")
+        for line in lines:
+            found = _REQUEST_LINE.search(line)
+            if found is not None:
+                self.requests[f"{found[1].decode()} {found[2].decode()}"] += 1
+        return rest[-_MAX_LINE:]
 
     async def _answers(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
                        marked: asyncio.Event) -> None:

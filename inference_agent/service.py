@@ -45,8 +45,10 @@ from inference_agent.node.materialize import Materializer
 from inference_agent.node.registry_client import RegistryLink
 from inference_agent.node.status import StatusReporter
 from inference_agent.node.vllm_client import VllmClient
+from inference_agent.node.vllm_metrics import VllmMetricsMirror
 from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.leases import Leases
+from inference_agent.serving.model_server_metrics import ModelServerMetrics
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
@@ -154,11 +156,15 @@ class Agent:
                          if s.nats_url is not None and self.registry is not None else None)
         self.ready = asyncio.Event()
         self.draining = False
+        self.vllm_series = VllmMetricsMirror(self.vllm.metrics_text,
+                                             interval_s=s.vllm_metrics_interval_s,
+                                             registry=self.metrics.registry)
+        model_server = ModelServerMetrics(self.routes, self.cache, self.vllm_series)
         self.app = create_proxy_app(
             routes=self.routes, cache=self.cache, leases=self.leases, metrics=self.metrics,
             vllm_url=s.vllm_url, base_model=s.base_model, registry=self.registry,
             keys=self.keys, draining=lambda: self.draining, ready=self.ready.is_set,
-            request_resync=lambda: self.queue.add(VLLM))
+            request_resync=lambda: self.queue.add(VLLM), model_server=model_server.render)
         self.url: str | None = None
         self.snapshot: DesiredState | None = None
         self._stop = asyncio.Event()
@@ -286,6 +292,7 @@ class Agent:
             tasks.append(group.create_task(coro, name=name))
 
         await self.vllm.wait_ready(s.vllm_ready_timeout_s)
+        spawn(self.vllm_series.run(), "vllm-metrics")
         self.reconciler.pin_configured()
         spawn(self.queue.run(self.reconciler.reconcile, s.reconcile_workers), "reconcile")
         if self.watchdir is not None:

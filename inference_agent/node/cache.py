@@ -89,6 +89,10 @@ class AdapterCache:
         """Active names, least recently used first."""
         return list(self.active)
 
+    def loading_names(self) -> list[str]:
+        """Versions whose load is in flight: a request for one waits on that load."""
+        return [name for name in self._loading if name not in self.active]
+
     def in_use_names(self) -> set[str]:
         """Names whose files must stay on disk: loaded, loading or about to load."""
         return set(self.active) | set(self._loading) | self._reserved

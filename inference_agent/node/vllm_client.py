@@ -76,6 +76,14 @@ class VllmClient:
         return {str(m["id"]) for m in await self.models()
                 if m.get("parent") is not None and "id" in m}
 
+    async def metrics_text(self, timeout_s: float = 5.0) -> str:
+        """vLLM's ``/metrics`` (Prometheus text); VllmUnavailable unless it answers 200."""
+        response = await self._request("GET", "/metrics", timeout=timeout_s)
+        if response.status_code != 200:
+            raise VllmUnavailable(f"GET /metrics answered {response.status_code}",
+                                  detail={"url": self.base_url})
+        return response.text
+
     async def load(self, name: str, path: Path) -> None:
         """Load ``path`` as ``name``; a name already loaded counts as success."""
         response = await self._request("POST", "/v1/load_lora_adapter",

@@ -35,6 +35,7 @@ from inference_agent.node.registry_client import RegistryLink
 from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.calls import ProxyCall
 from inference_agent.serving.leases import Leases
+from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from inference_agent.serving.openai_errors import (
     ProxyError,
     bad_request,
@@ -71,8 +72,10 @@ class Proxy:
                  metrics: AgentMetrics, http: httpx.AsyncClient, base_model: str,
                  registry: RegistryLink | None, keys: InferenceKeys,
                  draining: Callable[[], bool], ready: Callable[[], bool],
-                 request_resync: Callable[[], None]) -> None:
-        """``request_resync`` asks the control loop to compare the cache with vLLM."""
+                 request_resync: Callable[[], None],
+                 model_server: Callable[[], bytes] | None = None) -> None:
+        """``request_resync`` asks the control loop to compare the cache with vLLM;
+        ``model_server`` renders the series a gateway reads (model_server_metrics.py)."""
         self.routes = routes
         self.keys = keys
         self.cache = cache
@@ -84,6 +87,7 @@ class Proxy:
         self.draining = draining
         self.ready = ready
         self.request_resync = request_resync
+        self.model_server = model_server
 
     # generation
 
@@ -235,7 +239,17 @@ class Proxy:
         return response.is_success
 
     async def prometheus(self, request: Request) -> Response:
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        body = self.metrics.render()
+        if self.model_server is not None:
+            body += self.model_server()
+        return Response(body, media_type=CONTENT_TYPE)
+
+    async def model_server_metrics(self, request: Request) -> Response:
+        """Only the model-server protocol's series: what a gateway's picker scrapes many
+        times a second, without rendering every metric of the agent each time."""
+        if self.model_server is None:
+            return Response(status_code=404)
+        return Response(self.model_server(), media_type=CONTENT_TYPE)
 
 
 def _refuse(call: ProxyCall, error: ProxyError) -> Response:
@@ -284,7 +298,8 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                      ready: Callable[[], bool] | None = None,
                      request_resync: Callable[[], None] | None = None,
                      http: httpx.AsyncClient | None = None,
-                     request_timeout_s: float = 600.0) -> Starlette:
+                     request_timeout_s: float = 600.0,
+                     model_server: Callable[[], bytes] | None = None) -> Starlette:
     """The front door app. ``app.state.inflight`` counts proxied requests for shutdown.
 
     ``http`` is the client to vLLM; without one the app makes its own (bounded by
@@ -299,7 +314,8 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
     proxy = Proxy(routes=routes, cache=cache, leases=leases, metrics=metrics, http=client,
                   base_model=base_model, registry=registry, keys=keys,
                   draining=draining or _never,
-                  ready=ready or _always, request_resync=request_resync or _nothing)
+                  ready=ready or _always, request_resync=request_resync or _nothing,
+                  model_server=model_server)
     inflight = Inflight()
 
     @contextlib.asynccontextmanager
@@ -318,6 +334,7 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
             Route("/healthz", proxy.healthz, methods=["GET"]),
             Route("/readyz", proxy.readyz, methods=["GET"]),
             Route("/metrics", proxy.prometheus, methods=["GET"]),
+            Route(MODEL_SERVER_METRICS_PATH, proxy.model_server_metrics, methods=["GET"]),
         ],
         middleware=[Middleware(InflightMiddleware, inflight=inflight)],
         lifespan=lifespan,

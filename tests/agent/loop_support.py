@@ -19,8 +19,9 @@ from devharness.uploads import upload_dir
 from devharness.waiting import eventually
 from inference_agent.control.contract import SwapResult
 from inference_agent.errors import AgentError
-from inference_agent.service import QuietServer
+from inference_agent.service import Agent, QuietServer
 from inference_agent.serving.routes import RouteTable
+from inference_agent.settings import AgentSettings
 from loraplane.events import RouteRule, VersionRef
 from loraplane.netutil import free_port
 from registry_service.app import create_app
@@ -166,3 +167,19 @@ async def served_registry(tmp_path: Path, nats: NatsService,
         harness = RegistryHarness(backend="embedded", client=client, ctx=app.state.ctx,
                                   settings=settings, nats=nats, s3=None)
         yield ServedRegistry(url=url, harness=harness)
+
+
+@asynccontextmanager
+async def running_agent(settings: AgentSettings, *, ready_timeout_s: float = 120,
+                        stop_timeout_s: float = 30) -> AsyncIterator[Agent]:
+    """``Agent(settings)`` running in this loop, ready (its ``url`` set); stopped after."""
+    agent = Agent(settings)
+    run = asyncio.create_task(agent.run(install_signals=False))
+    try:
+        async with asyncio.timeout(ready_timeout_s):
+            await agent.ready.wait()
+        assert agent.url is not None
+        yield agent
+    finally:
+        agent.stop()
+        await asyncio.wait_for(run, stop_timeout_s)

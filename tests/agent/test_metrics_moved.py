@@ -8,7 +8,7 @@ a real vLLM, a registry served over HTTP and a real NATS.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devharness.services import NatsService
-from devharness.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+from devharness.vllm import VllmServer
 from devharness.waiting import eventually
 from inference_agent.metrics import AgentMetrics
 from inference_agent.service import Agent
@@ -35,21 +35,6 @@ MOVED = {"requests", "request_errors", "request_seconds", "cache_hits", "cache_m
 def test_every_agent_metric_is_tested() -> None:
     declared = {family.name.removeprefix(PREFIX) for family in AgentMetrics().registry.collect()}
     assert declared == MOVED
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"),
-                             ensure_vllm_env(install=True))
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    with VllmServer(ensure_vllm_env(), tiny_model / "base",
-                    tmp_path_factory.mktemp("vllm-log") / "vllm.log", max_loras=4) as server:
-        server.wait_ready(timeout=300)
-        yield server
 
 
 class Scrape:
