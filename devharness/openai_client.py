@@ -145,6 +145,9 @@ class OpenAIClient:
         if "error" in event:
             result.error = event["error"]
             return
+        if not event.get("choices"):
+            # The usage-only event that `stream_options.include_usage` adds at the end.
+            return
         choice = event["choices"][0]
         result.text += choice.get("text") or ""
         result.model = event.get("model", result.model)

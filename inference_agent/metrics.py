@@ -1,13 +1,15 @@
 """Every Prometheus metric of the agent, in one object with its own registry.
 
 A registry per agent (not the process-global one) keeps tests and several agents in
-one process from colliding on metric names.
+one process from colliding on metric names. Every ``adapter`` label value goes through
+``self.adapter`` (``AdapterLabels``): at most ``max_adapters`` names, the rest ``_other``.
+docs/metrics.md lists them all.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from inference_agent.errors import AgentError
+from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS, AdapterLabels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STAGES = ("desired", "fetch", "validate", "load", "flip", "drain", "unload")
@@ -22,6 +25,8 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
                     60.0, 120.0, 300.0)
 _STAGE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
                   300.0, 900.0)
+# 1 s is the design's load-time alert threshold: a bucket edge there keeps it exact.
+_LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
 def process_rss_bytes(status: Path = Path("/proc/self/status")) -> int | None:
@@ -39,8 +44,18 @@ def process_rss_bytes(status: Path = Path("/proc/self/status")) -> int | None:
 class AgentMetrics:
     """The agent's metrics; ``render`` gives the exposition text for ``/metrics``."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_adapters: int = DEFAULT_MAX_ADAPTER_LABELS) -> None:
+        self.adapter = AdapterLabels(max_adapters)
         self.registry = CollectorRegistry(auto_describe=True)
+        self._requests()
+        self._cache()
+        self._control()
+        self.process_memory = Gauge("loraplane_agent_process_resident_memory_bytes",
+                                    "Resident memory of the agent process",
+                                    registry=self.registry)
+        self.process_memory.set_function(lambda: float(process_rss_bytes() or 0))
+
+    def _requests(self) -> None:
         r = self.registry
         self.requests = Counter("loraplane_agent_requests", "Proxied requests",
                                 ["adapter", "status"], registry=r)
@@ -50,38 +65,78 @@ class AgentMetrics:
         self.request_latency = Histogram("loraplane_agent_request_seconds",
                                          "Proxied request latency (to the last byte)",
                                          ["adapter"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.first_token = Histogram("loraplane_agent_time_to_first_token_seconds",
+                                     "Streamed requests: from arrival to the first body "
+                                     "chunk from vLLM", ["adapter"],
+                                     buckets=_LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("loraplane_agent_tokens", "Tokens vLLM reported in `usage`, "
+                              "by kind (prompt or completion)", ["adapter", "kind"],
+                              registry=r)
+
+    def _cache(self) -> None:
+        r = self.registry
         self.cache_hits = Counter("loraplane_agent_cache_hits",
-                                  "Requests whose version was already loaded", registry=r)
+                                  "Requests whose version was already loaded", ["adapter"],
+                                  registry=r)
         self.cache_misses = Counter("loraplane_agent_cache_misses",
                                     "Requests that waited for their version to load",
-                                    registry=r)
+                                    ["adapter"], registry=r)
         self.cache_evictions = Counter("loraplane_agent_cache_evictions",
-                                       "Versions unloaded to make room (LRU)", registry=r)
+                                       "Versions unloaded to make room (LRU)", ["adapter"],
+                                       registry=r)
+        self.load_seconds = Histogram("loraplane_agent_adapter_load_seconds",
+                                      "Loading a version into vLLM (successful loads)",
+                                      ["adapter"], buckets=_LOAD_BUCKETS, registry=r)
+        self.versions_loaded = Gauge("loraplane_agent_versions_loaded",
+                                     "Adapter versions loaded in vLLM", registry=r)
+        self.loaded_bytes = Gauge("loraplane_agent_loaded_adapter_bytes",
+                                  "Size on disk of the files of the versions loaded in "
+                                  "vLLM (what vLLM reads into memory for them)",
+                                  ["adapter"], registry=r)
+
+    def _control(self) -> None:
+        r = self.registry
         self.stage_seconds = Histogram("loraplane_agent_stage_seconds",
                                        "Time spent in each swap stage", ["stage"],
                                        buckets=_STAGE_BUCKETS, registry=r)
         self.event_delay = Histogram("loraplane_agent_event_delay_seconds",
                                      "From an event's commit in the registry (its time) to "
                                      "its receipt here", buckets=_STAGE_BUCKETS, registry=r)
-        self.versions_loaded = Gauge("loraplane_agent_versions_loaded",
-                                     "Adapter versions loaded in vLLM", registry=r)
         self.bytes_downloaded = Counter("loraplane_agent_downloaded_bytes",
                                         "Adapter bytes downloaded from the registry",
                                         registry=r)
         self.swaps = Counter("loraplane_agent_swaps", "Alias moves applied, by outcome",
-                             ["outcome"], registry=r)
+                             ["adapter", "outcome"], registry=r)
+        self.swap_seconds = Histogram("loraplane_agent_swap_seconds",
+                                      "An applied alias move, from its start to the flip "
+                                      "(download, checks and load included)", ["adapter"],
+                                      buckets=_STAGE_BUCKETS, registry=r)
         self.failures = Counter("loraplane_agent_failures",
                                 "Versions that failed to fetch, validate or load",
                                 ["adapter", "code"], registry=r)
-        self.process_memory = Gauge("loraplane_agent_process_resident_memory_bytes",
-                                    "Resident memory of the agent process", registry=r)
-        self.process_memory.set_function(lambda: float(process_rss_bytes() or 0))
 
     def count_failure(self, adapter: str, exc: AgentError) -> None:
         """Count ``exc`` in ``failures_total{adapter,code}``, once per exception."""
         if not exc.counted:
             exc.counted = True
-            self.failures.labels(adapter=adapter, code=exc.code).inc()
+            self.failures.labels(adapter=self.adapter(adapter), code=exc.code).inc()
+
+    def count_tokens(self, adapter: str, usage: Mapping[str, object]) -> None:
+        """Add an OpenAI ``usage`` object's prompt and completion tokens."""
+        for kind in ("prompt", "completion"):
+            value = usage.get(f"{kind}_tokens")
+            if isinstance(value, int) and value > 0:
+                self.tokens.labels(adapter=self.adapter(adapter), kind=kind).inc(value)
+
+    def set_loaded_bytes(self, by_adapter: Mapping[str, int]) -> None:
+        """Replace the per-adapter sizes of the loaded versions (folded names summed)."""
+        folded: dict[str, int] = {}
+        for adapter, size in by_adapter.items():
+            label = self.adapter(adapter)
+            folded[label] = folded.get(label, 0) + size
+        self.loaded_bytes.clear()
+        for label, size in folded.items():
+            self.loaded_bytes.labels(adapter=label).set(size)
 
     @contextmanager
     def stage(self, stage: str) -> Iterator[None]:

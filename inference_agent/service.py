@@ -114,7 +114,7 @@ class Agent:
         # Everything that can refuse the settings runs before any client is opened.
         shapes = _shapes(s)
         _prepare_dir(s.cache_dir)
-        self.metrics = AgentMetrics()
+        self.metrics = AgentMetrics(s.metrics_max_adapters)
         self.vllm = VllmClient(s.vllm_url)
         self.registry = (RegistryLink(s.registry, s.token.get_secret_value())
                          if s.registry is not None and s.token is not None else None)

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.naming import is_slug
 from loraplane.nats_auth import NatsSettings
 
@@ -73,6 +74,9 @@ class AgentSettings(BaseSettings, NatsSettings):
     retry_base_s: float = Field(default=0.5, gt=0)
     retry_max_s: float = Field(default=30.0, gt=0)
     reconcile_workers: int = Field(default=4, gt=0, le=64)
+    # Distinct adapter names exported as metric label values; later ones become "_other"
+    # (loraplane/metric_labels.py), so thousands of adapters cannot flood Prometheus.
+    metrics_max_adapters: int = Field(default=DEFAULT_MAX_ADAPTER_LABELS, ge=0, le=100_000)
     log_level: LogLevel = "info"
 
     @field_validator("registry", "vllm_url", "nats_url")

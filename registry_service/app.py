@@ -81,7 +81,7 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     # The docs pages load Swagger UI and ReDoc from the package, not from a CDN, so
     # they work on a network without internet.
     app = FastAPIOffline(title="loraplane registry", version=__version__, lifespan=lifespan)
-    app.state.metrics = RegistryMetrics()
+    app.state.metrics = RegistryMetrics(settings.metrics_max_adapters)
     # Inside the metrics middleware (added after it), so its 413s are counted.
     app.add_middleware(BodyLimitMiddleware, limit=lambda: settings.max_json_body_bytes)
     app.middleware("http")(metrics_middleware(app.state.metrics))

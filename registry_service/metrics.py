@@ -1,23 +1,58 @@
 """Prometheus metrics of the registry, one CollectorRegistry per app instance.
 
 They live below the HTTP layer so the relay and the use cases can count without
-importing it; ``api/metrics.py`` times requests and ``api/health.py`` serves ``/metrics``.
+importing it; ``api/metrics.py`` times requests and ``api/health.py`` serves ``/metrics``
+(refreshing the fleet's gauges from the database first). docs/metrics.md lists them all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS, AdapterLabels
+
+_PUBLISH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class AliasConvergence:
+    """One alias across the fleet: fresh agents that should serve its version, those
+    that do, and those that reported failing it."""
+
+    adapter: str
+    alias: str
+    expected: int
+    converged: int
+    failed: int
 
 
 class RegistryMetrics:
-    def __init__(self) -> None:
+    def __init__(self, max_adapters: int = DEFAULT_MAX_ADAPTER_LABELS) -> None:
+        self.adapter = AdapterLabels(max_adapters)
         self.registry = CollectorRegistry()
+        self._http()
+        self._uploads()
+        self._outbox()
+        self._fleet()
+
+    def _http(self) -> None:
         self.requests = Counter(
             "loraplane_registry_requests_total", "HTTP requests",
             ["method", "route", "status"], registry=self.registry)
         self.latency = Histogram(
             "loraplane_registry_request_seconds", "HTTP request latency",
             ["method", "route"], registry=self.registry)
+
+    def _uploads(self) -> None:
+        self.uploads = Counter(
+            "loraplane_registry_uploads_total",
+            "Version uploads by outcome: created, unchanged (same content) or refused",
+            ["outcome"], registry=self.registry)
         self.upload_bytes = Counter(
             "loraplane_registry_upload_bytes_total", "Bytes received in version uploads",
             registry=self.registry)
@@ -27,15 +62,78 @@ class RegistryMetrics:
         self.uploads_refused = Counter(
             "loraplane_registry_uploads_refused_total", "Uploads refused, by reason",
             ["code"], registry=self.registry)
+
+    def _outbox(self) -> None:
         self.events_published = Counter(
             "loraplane_registry_events_published_total", "Outbox rows published to NATS",
             registry=self.registry)
         self.outbox_pending = Gauge(
             "loraplane_registry_outbox_pending", "Outbox rows not yet published",
             registry=self.registry)
+        self._oldest_pending: datetime | None = None
+        self.outbox_oldest_age = Gauge(
+            "loraplane_registry_outbox_oldest_age_seconds",
+            "Age of the oldest unpublished outbox row at scrape time (0 when none)",
+            registry=self.registry)
+        # Computed as it is scraped: a stuck relay stops counting, the age still grows.
+        self.outbox_oldest_age.set_function(self._oldest_age)
         self.relay_errors = Counter(
             "loraplane_registry_relay_errors_total", "Failed publish attempts",
             registry=self.registry)
+        self.relay_publish = Histogram(
+            "loraplane_registry_relay_publish_seconds",
+            "Publishing one outbox row to NATS until its acknowledgement",
+            buckets=_PUBLISH_BUCKETS, registry=self.registry)
+
+    def _fleet(self) -> None:
+        labels = ["adapter", "alias"]
+        self.alias_expected = Gauge(
+            "loraplane_registry_alias_agents_expected",
+            "Fresh agents of the adapter's base model, which should serve the alias's version",
+            labels, registry=self.registry)
+        self.alias_converged = Gauge(
+            "loraplane_registry_alias_agents_converged",
+            "Fresh agents that report serving the alias's version", labels,
+            registry=self.registry)
+        self.alias_failed = Gauge(
+            "loraplane_registry_alias_agents_failed",
+            "Fresh agents that report failing the alias's version", labels,
+            registry=self.registry)
+        self.agent_last_report = Gauge(
+            "loraplane_registry_agent_last_report_timestamp_seconds",
+            "When each agent last reported its status (Unix time)", ["agent"],
+            registry=self.registry)
+
+    def set_outbox(self, pending: int, oldest: datetime | None) -> None:
+        self.outbox_pending.set(pending)
+        self._oldest_pending = oldest
+
+    def _oldest_age(self) -> float:
+        oldest = self._oldest_pending
+        if oldest is None:
+            return 0.0
+        if oldest.tzinfo is None:  # the database keeps UTC
+            oldest = oldest.replace(tzinfo=UTC)
+        return max(0.0, (datetime.now(UTC) - oldest).total_seconds())
+
+    def set_fleet(self, aliases: Iterable[AliasConvergence],
+                  last_reports: dict[str, datetime]) -> None:
+        """Replace the fleet's gauges; folded adapters (``_other``) are summed."""
+        totals: dict[tuple[str, str], list[int]] = {}
+        for a in aliases:
+            row = totals.setdefault((self.adapter(a.adapter), a.alias), [0, 0, 0])
+            row[0] += a.expected
+            row[1] += a.converged
+            row[2] += a.failed
+        for gauge in (self.alias_expected, self.alias_converged, self.alias_failed,
+                      self.agent_last_report):
+            gauge.clear()
+        for (adapter, alias), (expected, converged, failed) in totals.items():
+            self.alias_expected.labels(adapter, alias).set(expected)
+            self.alias_converged.labels(adapter, alias).set(converged)
+            self.alias_failed.labels(adapter, alias).set(failed)
+        for agent, seen in last_reports.items():
+            self.agent_last_report.labels(agent).set(seen.timestamp())
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

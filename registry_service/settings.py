@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loraplane.lora.base_model import BaseModelShapes, UnsupportedBaseModel
+from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.nats_auth import NatsSettings
 
 DEFAULT_DATA_DIR = Path.home() / ".loraplane"
@@ -88,6 +89,9 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # How long an upload may take from storing its blobs to its commit.
     blob_upload_lease_s: float = Field(default=3600.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Distinct adapter names exported as metric label values; later ones become "_other"
+    # (loraplane/metric_labels.py), so thousands of adapters cannot flood Prometheus.
+    metrics_max_adapters: int = Field(default=DEFAULT_MAX_ADAPTER_LABELS, ge=0, le=100_000)
     # Registered base model name -> its HF config.json (or the folder holding it).
     # Uploads for a base model named here are judged by tensor shapes; see
     # loraplane/lora/validate.py. A JSON object in LORAPLANE_BASE_MODEL_CONFIGS.

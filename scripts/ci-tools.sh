@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Debian tools some tests need, installed when missing (as root, with apt-get); fast when
-# they are already there:
-#   chromium, the browser the /ui tests drive with Playwright (tests/registry/ui). Required:
-#     Playwright cannot download a browser of its own here. Without it those tests fail.
-#   a Compose CLI, so tests/test_compose.py also runs `config -q` on compose.yaml.
-#     Debian's docker-compose (v1, Python) without its recommends (docker.io) is 16 small
-#     packages, about 15 s after `apt-get update`. Optional: without it the tests still
-#     check compose.yaml themselves.
+# Debian tools some tests need, installed when missing (as root, with apt-get); seconds
+# when they are already there. Both are required, and this script fails without them:
+#   chromium: the browser the /ui tests drive with Playwright (tests/registry/ui);
+#     Playwright cannot download a browser of its own here.
+#   prometheus and promtool (Debian's `prometheus`): tests/deploy unit-tests the alert
+#     rules with promtool, and tests/e2e/test_prometheus.py runs a real Prometheus.
+# The Compose CLI comes with the Docker engine (scripts/docker.sh).
 set -uo pipefail
-
-have_compose() {
-  docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1
-}
 
 can_apt() {
   [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1
+}
+have_chromium() { [ -x /usr/bin/chromium ]; }
+have_prometheus() {
+  command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1
 }
 
 updated=0
@@ -28,36 +27,25 @@ apt_install() {
     --no-install-recommends "$@" >/dev/null
 }
 
-install_chromium() {
-  [ -x /usr/bin/chromium ] && return 0
+# ensure CHECK PACKAGE WHY: install PACKAGE when CHECK fails; say why it is needed if not.
+ensure() {
+  local check=$1 package=$2 why=$3
+  "$check" && return 0
   if ! can_apt; then
-    echo "ci-tools: ERROR: /usr/bin/chromium is missing and this is not root with apt-get;" \
-         "install Debian's chromium (apt-get install --no-install-recommends chromium)," \
-         "or the browser tests in tests/registry/ui fail" >&2
+    echo "ci-tools: ERROR: Debian's $package is missing and this is not root with apt-get;" \
+         "install it (apt-get install --no-install-recommends $package): $why" >&2
     return 1
   fi
-  echo "ci-tools: installing chromium (Debian) for the /ui browser tests"
-  if ! apt_install chromium || [ ! -x /usr/bin/chromium ]; then
-    echo "ci-tools: ERROR: could not install Debian's chromium; the browser tests in" \
-         "tests/registry/ui will fail (see apt-get's messages above)" >&2
+  echo "ci-tools: installing $package (Debian): $why"
+  if ! apt_install "$package" || ! "$check"; then
+    echo "ci-tools: ERROR: could not install Debian's $package (see apt-get's messages" \
+         "above): $why" >&2
     return 1
   fi
 }
 
-install_compose() {
-  have_compose && return 0
-  if ! can_apt; then
-    echo "ci-tools: no Compose CLI and no root apt-get; compose.yaml is checked without one" >&2
-    return 0
-  fi
-  echo "ci-tools: installing docker-compose (Debian) to validate compose.yaml"
-  if ! apt_install docker-compose; then
-    echo "ci-tools: could not install docker-compose; compose.yaml is checked without it" >&2
-  fi
-}
-
-install_chromium
-install_compose
-# Never fatal: the suite still runs, and the tests that need a missing tool fail with a
-# message that names it.
-exit 0
+status=0
+ensure have_chromium chromium "the /ui browser tests (tests/registry/ui) drive it" || status=1
+ensure have_prometheus prometheus \
+  "promtool tests the alert rules, and tests/e2e/test_prometheus.py runs Prometheus" || status=1
+exit "$status"

@@ -56,8 +56,9 @@ class Swapper:
         result = SwapResult(adapter, alias, current.version if current else None,
                             ref.version if ref else None, loaded=False, flipped=False)
         if revision <= current_revision:
-            self._metrics.swaps.labels(outcome="stale").inc()
+            self._count(adapter, "stale")
             return result
+        started = time.perf_counter()
         new_name = versioned_name(adapter, ref.version) if ref is not None else None
         if new_name is not None:
             self._preparing.add(new_name)
@@ -67,21 +68,26 @@ class Swapper:
             with self._metrics.stage("flip"):
                 result.flipped = self._routes.set_alias(adapter, alias, revision, ref)
         except BaseException:
-            self._metrics.swaps.labels(outcome="failed").inc()
+            self._count(adapter, "failed")
             raise
         finally:
             self._preparing.discard(new_name or "")
         if not result.flipped:  # a newer move landed while this one was preparing
-            self._metrics.swaps.labels(outcome="stale").inc()
+            self._count(adapter, "stale")
             return result
         if current is not None and (ref is None or current.version != ref.version):
             self._start_drain(versioned_name(adapter, current.version))
-        self._metrics.swaps.labels(outcome="applied").inc()
+        self._count(adapter, "applied")
+        self._metrics.swap_seconds.labels(self._metrics.adapter(adapter)).observe(
+            time.perf_counter() - started)
         log.info("%s@%s: %s -> %s (revision %d, loaded=%s)", adapter, alias,
                  result.old, result.new, revision, result.loaded)
         await self._evict_disk()
         self._notify()
         return result
+
+    def _count(self, adapter: str, outcome: str) -> None:
+        self._metrics.swaps.labels(adapter=self._metrics.adapter(adapter), outcome=outcome).inc()
 
     def record(self, adapter: str, alias: str, revision: int, ref: VersionRef) -> None:
         """The alias moved away and back to ``ref``: same weights, only a newer revision."""

@@ -15,6 +15,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 
 from inference_agent.errors import AgentError, CapacityExhausted
 from inference_agent.metrics import AgentMetrics
@@ -31,6 +32,13 @@ def looks_versioned(name: str) -> bool:
     """True for ``adapter@N``: a name this agent (or a previous run of it) loaded."""
     ref = parse_model_ref(name)
     return ref is not None and ref.version is not None
+
+
+def _size_on_disk(path: Path) -> int:
+    """The bytes of a version's files: what vLLM reads into memory for it (its weights
+    dominate; vLLM's own slot buffers are sized by --max-lora-rank, not by the file)."""
+    files = path.rglob("*") if path.is_dir() else [path]
+    return sum(f.stat().st_size for f in files if f.is_file())
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:
@@ -63,6 +71,8 @@ class AdapterCache:
         # Names holding a slot while their load is in flight, so two loads cannot both
         # take the last free slot.
         self._reserved: set[str] = set()
+        # Bytes on disk of each loaded version's files, for the memory gauge.
+        self._sizes: dict[str, int] = {}
 
     # pins and LRU
 
@@ -108,10 +118,10 @@ class AdapterCache:
         if name in self.active:
             self.active.move_to_end(name)
             if record:
-                self._metrics.cache_hits.inc()
+                self._metrics.cache_hits.labels(self._metrics.adapter(ref.adapter)).inc()
             return name
         if record:
-            self._metrics.cache_misses.inc()
+            self._metrics.cache_misses.labels(self._metrics.adapter(ref.adapter)).inc()
         pending = self._loading.get(name)
         if pending is None:
             pending = asyncio.ensure_future(self._load(ref, name))
@@ -131,6 +141,7 @@ class AdapterCache:
         await self._await_unload(name)
         path = await self._materializer.materialize(ref)
         await self._reserve(name)
+        started = time.perf_counter()
         try:
             with self._metrics.stage("load"):
                 await self._vllm.load(name, path)
@@ -139,6 +150,9 @@ class AdapterCache:
             raise
         finally:
             self._reserved.discard(name)
+        self._metrics.load_seconds.labels(self._metrics.adapter(ref.adapter)).observe(
+            time.perf_counter() - started)
+        self._sizes[name] = _size_on_disk(path)
         self.active[name] = ref
         self._changed()
         log.info("loaded %s (%d/%d active)", name, len(self.active), self.capacity)
@@ -192,7 +206,7 @@ class AdapterCache:
             self.active[victim] = ref
             self.active.move_to_end(victim, last=False)
             raise
-        self._metrics.cache_evictions.inc()
+        self._metrics.cache_evictions.labels(self._metrics.adapter(ref.adapter)).inc()
         self._changed()
         log.info("evicted %s (least recently used, idle)", victim)
         if self.on_evict is not None:
@@ -266,3 +280,8 @@ class AdapterCache:
 
     def _changed(self) -> None:
         self._metrics.versions_loaded.set(len(self.active))
+        self._sizes = {n: size for n, size in self._sizes.items() if n in self.active}
+        by_adapter: dict[str, int] = {}
+        for name, ref in self.active.items():
+            by_adapter[ref.adapter] = by_adapter.get(ref.adapter, 0) + self._sizes.get(name, 0)
+        self._metrics.set_loaded_bytes(by_adapter)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from inference_agent.metrics import AgentMetrics
 from inference_agent.serving.leases import Lease
@@ -13,6 +15,15 @@ ADAPTER_HEADER = "X-Loraplane-Adapter"
 # Metric label of a request refused before it was resolved. Not a slug, so it cannot
 # collide with an adapter's name, and client-chosen names never become label values.
 UNRESOLVED_LABEL = "_unresolved"
+# An SSE event is far shorter; a longer unterminated tail is not an event worth parsing.
+_MAX_PARTIAL = 1024 * 1024
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -25,14 +36,40 @@ class ProxyCall:
     served: str | None = None
     lease: Lease | None = None
     closed: bool = False
+    first_chunk_seen: bool = False
+    # The end of a streamed body not yet followed by a newline (an SSE line cut in two).
+    partial_line: bytes = b""
 
     def bind(self, target: Target, lease: Lease | None) -> None:
-        self.label = target.adapter or target.model_name
+        self.label = self.metrics.adapter(target.adapter or target.model_name)
         self.served = target.model_name
         self.lease = lease
 
     def headers(self) -> dict[str, str]:
         return {ADAPTER_HEADER: self.served} if self.served is not None else {}
+
+    def chunk(self, data: bytes) -> None:
+        """A streamed body chunk passed back: time to the first one, tokens of the last
+        (vLLM sends ``usage`` in a final event when asked with ``stream_options``)."""
+        if not self.first_chunk_seen:
+            self.first_chunk_seen = True
+            self.metrics.first_token.labels(adapter=self.label).observe(
+                time.perf_counter() - self.started)
+        lines = (self.partial_line + data).split(b"\n")
+        self.partial_line = lines.pop()[-_MAX_PARTIAL:]
+        for line in lines:
+            if line.startswith(b"data: {") and b'"usage"' in line:
+                self._usage(_json(line.removeprefix(b"data: ")))
+
+    def body(self, content: bytes) -> None:
+        """A whole (not streamed) response body: count the tokens its ``usage`` gives."""
+        if b'"usage"' in content:
+            self._usage(_json(content))
+
+    def _usage(self, payload: Any) -> None:
+        usage = payload.get("usage") if isinstance(payload, dict) else None
+        if isinstance(usage, dict):
+            self.metrics.count_tokens(self.label, usage)
 
     def done(self, status: int, reason: str | None) -> None:
         """Release the lease and record the request; later calls do nothing."""

@@ -173,13 +173,14 @@ class Proxy:
     async def _pass_back(self, upstream: httpx.Response, call: ProxyCall) -> Response:
         headers = {**call.headers(), **_passthrough(upstream.headers)}
         if upstream.is_success and _is_event_stream(upstream):
-            return UpstreamStream(upstream, headers, call.done)
+            return UpstreamStream(upstream, headers, call.done, call.chunk)
         try:
             content = await upstream.aread()
         except httpx.TransportError as exc:
             return _refuse(call, _transport_error(exc))
         finally:
             await upstream.aclose()
+        call.body(content)
         call.done(upstream.status_code,
                   None if upstream.is_success else f"vllm_{upstream.status_code}")
         return Response(content, status_code=upstream.status_code, headers=headers,

@@ -19,6 +19,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Called once when a passed-back stream ends: (status sent, error reason or None).
 StreamDone = Callable[[int, str | None], None]
+# Called with each body chunk as it is passed back.
+StreamChunk = Callable[[bytes], None]
 
 
 class Inflight:
@@ -83,13 +85,14 @@ class UpstreamStream(Response):
     """Passes an open httpx streaming response to the client chunk by chunk."""
 
     def __init__(self, upstream: httpx.Response, headers: Mapping[str, str],
-                 on_done: StreamDone) -> None:
+                 on_done: StreamDone, on_chunk: StreamChunk | None = None) -> None:
         self.upstream = upstream
         self.status_code = upstream.status_code
         self.media_type = upstream.headers.get("content-type", "text/event-stream")
         self.background = None
         self.init_headers(headers)
         self._on_done = on_done
+        self._on_chunk = on_chunk
         self._error: str | None = None
         self._complete = False
 
@@ -127,6 +130,8 @@ class UpstreamStream(Response):
                     "headers": self.raw_headers})
         try:
             async for chunk in self.upstream.aiter_raw():
+                if self._on_chunk is not None:
+                    self._on_chunk(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.TransportError as exc:
             # Headers are out, so the status cannot change: tell the client in-band.

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from sqlalchemy import text
 
+from registry_service.agents.convergence import refresh_fleet_metrics
 from registry_service.deps import CtxDep
 from registry_service.errors import RegistryError
 
@@ -53,4 +54,5 @@ async def readyz(ctx: CtxDep) -> JSONResponse:
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                              "description": "Prometheus text exposition"}})
 async def metrics(ctx: CtxDep) -> Response:
+    await refresh_fleet_metrics(ctx.db, ctx.metrics)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

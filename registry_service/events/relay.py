@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -183,9 +183,9 @@ class EventRelay:
         # past the lease, another relay may be publishing the same rows.
         deadline = started + self._settings.relay_claim_lease_s - bus.request_timeout_s
         acked, failure = await self._publish_rows(bus, rows, deadline)
-        pending = await self._record(acked, rows)
+        backlog = await self._record(acked, rows)
         self._metrics.events_published.inc(len(acked))
-        self._metrics.outbox_pending.set(pending)
+        self._metrics.set_outbox(*backlog)
         if failure is not None:
             raise failure
         return len(rows) == self._settings.relay_batch_size
@@ -238,7 +238,9 @@ class EventRelay:
             if time.monotonic() > deadline:
                 break
             try:
+                started = time.perf_counter()
                 stream_seq = await bus.publish(row.subject, encode_event(row), row.event_id)
+                self._metrics.relay_publish.observe(time.perf_counter() - started)
             except EventBusUnavailable as exc:
                 # The stream may be gone (a fresh server); check it before the retry.
                 self._stream_ready = False
@@ -246,8 +248,10 @@ class EventRelay:
             acked.append(Acked(row.seq, stream_seq))
         return acked, None
 
-    async def _record(self, acked: Sequence[Acked], rows: Sequence[EventRow]) -> int:
-        """Mark the acked rows published, hand back the rest of the claim; count pending."""
+    async def _record(self, acked: Sequence[Acked],
+                      rows: Sequence[EventRow]) -> tuple[int, datetime | None]:
+        """Mark the acked rows published, hand back the rest of the claim; return the
+        backlog (``_backlog``)."""
         done = {a.seq for a in acked}
         rest = [row.seq for row in rows if row.seq not in done]
         now = utcnow()
@@ -262,9 +266,9 @@ class EventRelay:
                     update(EventRow)
                     .where(EventRow.seq.in_(rest), EventRow.claimed_by == self.identity)
                     .values(claimed_by=None, claimed_until=None))
-            pending = await self._count_pending(session)
+            backlog = await self._backlog(session)
             await session.commit()
-        return pending
+        return backlog
 
     async def _release_claims(self) -> None:
         try:
@@ -278,9 +282,12 @@ class EventRelay:
             # The lease runs out on its own; the rows are only late.
             log.warning("could not hand back the relay's claimed rows: %s", exc)
 
-    async def _count_pending(self, session: AsyncSession) -> int:
-        query = select(func.count()).select_from(EventRow).where(EventRow.published_at.is_(None))
-        return int(await session.scalar(query) or 0)
+    async def _backlog(self, session: AsyncSession) -> tuple[int, datetime | None]:
+        """How many rows are unpublished, and when the oldest of them was committed."""
+        query = (select(func.count(), func.min(EventRow.created_at))
+                 .where(EventRow.published_at.is_(None)))
+        count, oldest = (await session.execute(query)).one()
+        return int(count or 0), oldest
 
     async def _after_failure(self, exc: Exception) -> None:
         self._passes += 1
@@ -293,7 +300,7 @@ class EventRelay:
         never reaches ``_record``, and the gauge must show the rows piling up."""
         try:
             async with self._db.session() as session:
-                self._metrics.outbox_pending.set(await self._count_pending(session))
+                self._metrics.set_outbox(*await self._backlog(session))
         except (RegistryError, SQLAlchemyError) as exc:
             log.warning("could not count the relay's pending rows: %s", exc)
 

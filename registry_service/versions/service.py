@@ -105,7 +105,9 @@ async def publish_version(
                               body=body, slots=slots, on_bytes=metrics.upload_bytes.inc)
     except (RegistryError, AdapterInvalid) as exc:
         metrics.uploads_refused.labels(exc.code).inc()
+        metrics.uploads.labels("refused").inc()
         raise
+    metrics.uploads.labels("created" if result.created else "unchanged").inc()
     if result.created:
         metrics.versions_created.inc()
     return result

@@ -104,8 +104,10 @@ class ProxyAgent:
         return self.routes.set_alias(adapter, alias, revision, ref)
 
     def sample(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        """Summed over the series whose labels include ``labels``."""
+        return sum(s.value for family in self.metrics.registry.collect()
+                   for s in family.samples
+                   if s.name == name and labels.items() <= s.labels.items())
 
     def loads(self) -> float:
         """How many loads went to vLLM (the ``load`` stage's observation count)."""

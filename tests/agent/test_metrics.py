@@ -22,3 +22,20 @@ def test_event_delay_is_measured_from_the_commit_and_never_negative() -> None:
     total = sample(f"{DELAY}_sum")
     assert total is not None and 5.0 <= total < 6.0
     assert sample(f"{DELAY}_bucket", {"le": "0.0005"}) == 1
+
+
+def test_adapter_labels_past_the_limit_fold_into_other() -> None:
+    metrics = AgentMetrics(max_adapters=1)
+    metrics.count_tokens("first", {"prompt_tokens": 3, "completion_tokens": 2})
+    metrics.count_tokens("second", {"prompt_tokens": 5, "completion_tokens": None})
+    metrics.set_loaded_bytes({"first": 10, "second": 20, "third": 30})
+    sample = metrics.registry.get_sample_value
+    assert sample("loraplane_agent_tokens_total", {"adapter": "first", "kind": "prompt"}) == 3
+    assert sample("loraplane_agent_tokens_total", {"adapter": "_other", "kind": "prompt"}) == 5
+    assert sample("loraplane_agent_tokens_total",
+                  {"adapter": "_other", "kind": "completion"}) is None
+    assert sample("loraplane_agent_loaded_adapter_bytes", {"adapter": "first"}) == 10
+    assert sample("loraplane_agent_loaded_adapter_bytes", {"adapter": "_other"}) == 50
+    # A version unloaded: its series goes, not left at its old size.
+    metrics.set_loaded_bytes({"first": 10})
+    assert sample("loraplane_agent_loaded_adapter_bytes", {"adapter": "_other"}) is None

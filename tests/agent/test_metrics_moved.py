@@ -29,7 +29,9 @@ Publish = Callable[[str, Path], Awaitable[int]]
 PREFIX = "loraplane_agent_"
 MOVED = {"requests", "request_errors", "request_seconds", "cache_hits", "cache_misses",
          "cache_evictions", "stage_seconds", "event_delay_seconds", "versions_loaded",
-         "downloaded_bytes", "swaps", "failures", "process_resident_memory_bytes"}
+         "downloaded_bytes", "swaps", "failures", "process_resident_memory_bytes",
+         "time_to_first_token_seconds", "tokens", "adapter_load_seconds",
+         "loaded_adapter_bytes", "swap_seconds"}
 
 
 def test_every_agent_metric_is_tested() -> None:
@@ -55,6 +57,15 @@ async def complete(client: httpx.AsyncClient, model: str) -> int:
     response = await client.post("/v1/completions", json={
         "model": model, "prompt": "hello", "max_tokens": 4, "temperature": 0})
     return response.status_code
+
+
+async def stream(client: httpx.AsyncClient, model: str) -> int:
+    """A streamed completion that asks vLLM for ``usage`` in its last event."""
+    async with client.stream("POST", "/v1/completions", json={
+            "model": model, "prompt": "hello", "max_tokens": 4, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}) as response:
+        await response.aread()
+        return response.status_code
 
 
 @pytest.mark.vllm
@@ -95,17 +106,29 @@ async def _moves(read: Scrape, client: httpx.AsyncClient, publish: Publish,
     assert await complete(client, "bot") == 200
     assert await read("requests_total", adapter="bot", status="200") == 1
     assert await read("request_seconds_count", adapter="bot") == 1
-    assert await read("cache_misses_total") == before["cache_misses_total"] + 1
+    assert await read("cache_misses_total", adapter="bot") == before["cache_misses_total"] + 1
     assert await read("versions_loaded") == before["versions_loaded"] + 1
     assert await read("stage_seconds_count", stage="load") == loads + 1
-    # Again: a hit.
-    assert await complete(client, "bot") == 200
-    assert await read("cache_hits_total") >= before["cache_hits_total"] + 1
+    assert await read("adapter_load_seconds_count", adapter="bot") == 1
+    # The files of bot's version: an adapter_config.json and weights, more than 1 KiB.
+    assert await read("loaded_adapter_bytes", adapter="bot") > 1024
+    # vLLM's usage: a prompt of a few tokens, up to four generated.
+    generated = await read("tokens_total", adapter="bot", kind="completion")
+    assert 1 <= generated <= 4
+    assert await read("tokens_total", adapter="bot", kind="prompt") >= 1
+    # Streamed, with usage in its last event; and now a hit.
+    assert await stream(client, "bot") == 200
+    assert await read("time_to_first_token_seconds_count", adapter="bot") == 1
+    assert await read("tokens_total", adapter="bot", kind="completion") > generated
+    assert await read("cache_hits_total", adapter="bot") >= before["cache_hits_total"] + 1
     # Two more adapters on two slots: the least recently used goes.
     evicted = await read("cache_evictions_total")
     for model in ("cold", "third"):
         assert await complete(client, model) == 200
     assert await read("cache_evictions_total") > evicted
+    # bot, the least recently used, went; its bytes went with it.
+    assert await read("cache_evictions_total", adapter="bot") == 1
+    assert await read("loaded_adapter_bytes", adapter="bot") == 0
     # An unknown model is refused and counted as an error of its reason.
     assert await complete(client, "nope") == 404
     assert await read("request_errors_total", reason="model_not_found") == 1
@@ -116,7 +139,7 @@ async def _swaps_and_failures(read: Scrape, client: httpx.AsyncClient, publish: 
                               adapters: Path) -> None:
     moved = ("event_delay_seconds_count", "downloaded_bytes_total")
     before = {name: await read(name) for name in moved}
-    applied = await read("swaps_total", outcome="applied")
+    applied = await read("swaps_total", adapter="third", outcome="applied")
     stages = {s: await read("stage_seconds_count", stage=s) for s in ("fetch", "validate")}
     # A new version of the loaded third: the event arrives, the version is downloaded and
     # checked, and the alias swaps.
@@ -126,7 +149,8 @@ async def _swaps_and_failures(read: Scrape, client: httpx.AsyncClient, publish: 
         return (all([await read(name) > count for name, count in before.items()])
                 and all([await read("stage_seconds_count", stage=s) > count
                          for s, count in stages.items()])
-                and await read("swaps_total", outcome="applied") > applied)
+                and await read("swaps_total", adapter="third", outcome="applied") > applied
+                and await read("swap_seconds_count", adapter="third") >= 1)
 
     await eventually(swapped, timeout_s=60, what="the event, download, checks and swap")
     await publish("third", adapters / "bad-rank")

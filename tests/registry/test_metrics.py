@@ -33,7 +33,16 @@ MOVED_BY = {
     "uploads_refused": "test_refused_uploads_are_counted_by_their_code",
     "events_published": "test_the_relay_counts_published_events",
     "outbox_pending": "test_a_nats_outage_shows_pending_rows_and_relay_errors",
+    "outbox_oldest_age_seconds": "test_a_nats_outage_shows_pending_rows_and_relay_errors",
     "relay_errors": "test_a_nats_outage_shows_pending_rows_and_relay_errors",
+    "uploads": "test_refused_uploads_are_counted_by_their_code",
+    "relay_publish_seconds": "test_the_relay_counts_published_events",
+    # In test_metrics_fleet.py:
+    "alias_agents_expected": "test_alias_convergence_and_last_reports_follow_the_agents",
+    "alias_agents_converged": "test_alias_convergence_and_last_reports_follow_the_agents",
+    "alias_agents_failed": "test_alias_convergence_and_last_reports_follow_the_agents",
+    "agent_last_report_timestamp_seconds":
+        "test_alias_convergence_and_last_reports_follow_the_agents",
 }
 
 
@@ -57,7 +66,10 @@ def test_every_metric_has_a_test() -> None:
     declared = {family.name.removeprefix(PREFIX)
                 for family in RegistryMetrics().registry.collect()}
     assert declared == set(MOVED_BY)
-    assert all(callable(globals().get(test)) for test in MOVED_BY.values())
+    from tests.registry import test_metrics_fleet
+
+    assert all(callable(globals().get(test) or getattr(test_metrics_fleet, test, None))
+               for test in MOVED_BY.values())
 
 
 async def test_requests_and_latency_count_each_request(
@@ -87,6 +99,8 @@ async def test_an_upload_counts_its_bytes_and_a_new_version(
     size = sum(f.stat().st_size for f in folder.iterdir())
     received, created = (await read(registry, "upload_bytes_total"),
                          await read(registry, "versions_created_total"))
+    outcomes = {o: await read(registry, "uploads_total", outcome=o)
+                for o in ("created", "unchanged")}
     assert (await upload_dir(registry, "bot", folder)).status_code == 201
     # The body is the files plus the multipart framing around them.
     after = await read(registry, "upload_bytes_total")
@@ -96,6 +110,8 @@ async def test_an_upload_counts_its_bytes_and_a_new_version(
     assert (await upload_dir(registry, "bot", folder)).status_code == 200
     assert await read(registry, "upload_bytes_total") > after
     assert await read(registry, "versions_created_total") == created + 1
+    for outcome, count in outcomes.items():
+        assert await read(registry, "uploads_total", outcome=outcome) == count + 1
 
 
 async def test_refused_uploads_are_counted_by_their_code(
@@ -113,12 +129,14 @@ async def test_refused_uploads_are_counted_by_their_code(
                 **registry.admin_headers, "Content-Type": "application/json"})),
     ]
     created = await read(registry, "versions_created_total")
+    refused = await read(registry, "uploads_total", outcome="refused")
     for code, send in cases:
         before = await read(registry, "uploads_refused_total", code=code)
         response = await send()
         assert response.json()["error"]["code"] == code, response.text
         assert await read(registry, "uploads_refused_total", code=code) == before + 1, code
     assert await read(registry, "versions_created_total") == created
+    assert await read(registry, "uploads_total", outcome="refused") == refused + len(cases)
 
 
 async def publish(registry: RegistryHarness, name: str, folder: Path) -> None:
@@ -133,10 +151,12 @@ async def test_the_relay_counts_published_events(
 ) -> None:
     registry = served
     published = await read(registry, "events_published_total")
+    timed = await read(registry, "relay_publish_seconds_count")
     await publish(registry, "bot", make_adapter(tmp_path / "a", seed=1))
 
     async def moved() -> bool:
-        return await read(registry, "events_published_total") == published + 2
+        return (await read(registry, "events_published_total") == published + 2
+                and await read(registry, "relay_publish_seconds_count") == timed + 2)
 
     await eventually(moved, what="both events of the upload counted as published")
 
@@ -152,13 +172,15 @@ async def test_a_nats_outage_shows_pending_rows_and_relay_errors(
 
         async def stalled() -> bool:
             return (await read(registry, "relay_errors_total") > errors
-                    and await read(registry, "outbox_pending") == 2)
+                    and await read(registry, "outbox_pending") == 2
+                    and await read(registry, "outbox_oldest_age_seconds") > 0)
 
         await eventually(stalled, timeout_s=60, what="failed publishes and a pending row")
     finally:
         await registry.nats.start_async()
 
     async def drained() -> bool:
-        return await read(registry, "outbox_pending") == 0
+        return (await read(registry, "outbox_pending") == 0
+                and await read(registry, "outbox_oldest_age_seconds") == 0)
 
     await eventually(drained, timeout_s=60, what="the outbox drained after NATS came back")

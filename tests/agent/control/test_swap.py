@@ -118,7 +118,7 @@ async def test_a_bad_version_fails_before_the_flip(rig: Rig) -> None:
     rig.vllm.refuse.clear()
     assert (await rig.swapper.apply("bot", "live", 3, rig.ref(3))).flipped
     assert rig.metrics.registry.get_sample_value(
-        "loraplane_agent_swaps_total", {"outcome": "failed"}) == 2
+        "loraplane_agent_swaps_total", {"adapter": "bot", "outcome": "failed"}) == 2
 
 
 async def test_rollback_while_draining_keeps_the_version(rig: Rig) -> None:

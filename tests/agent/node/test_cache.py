@@ -47,8 +47,9 @@ class World:
         return self._refs[key]
 
     def value(self, metric: str) -> float:
-        found = self.metrics.registry.get_sample_value(metric)
-        return found or 0.0
+        """Summed over the labels (``adapter``)."""
+        return sum(s.value for family in self.metrics.registry.collect()
+                   for s in family.samples if s.name == metric)
 
 
 @pytest.fixture

@@ -1,0 +1,65 @@
+"""The fleet's gauges on the registry's ``/metrics``: each alias's convergence from the
+agents' reports, and when each agent last reported. Part of ``test_metrics.MOVED_BY``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from devharness.adapters import make_adapter
+from devharness.registry import RegistryHarness
+from devharness.uploads import upload_dir
+from registry_service.metrics import AliasConvergence, RegistryMetrics
+from tests.registry.agents.support import age_agent, post_status, report, served
+from tests.registry.test_metrics import read
+
+ALIAS = {"adapter": "bot", "alias": "live"}
+
+
+async def _gauges(registry: RegistryHarness) -> tuple[float, float, float]:
+    return (await read(registry, "alias_agents_expected", **ALIAS),
+            await read(registry, "alias_agents_converged", **ALIAS),
+            await read(registry, "alias_agents_failed", **ALIAS))
+
+
+async def test_alias_convergence_and_last_reports_follow_the_agents(
+    registry: RegistryHarness, tmp_path: Path,
+) -> None:
+    await registry.create_adapter("bot")
+    assert (await upload_dir(registry, "bot", make_adapter(tmp_path / "a", seed=1))
+            ).status_code == 201
+    # No agent yet: nobody owes the version, nobody serves it.
+    assert await _gauges(registry) == (0, 0, 0)
+    before = time.time()
+    for body in (report("gpu-a", entries=[served("bot", 1)]),
+                 report("gpu-b", failures=[served("bot", 1, state="failed",
+                                                  code="rank_too_large")]),
+                 report("gpu-c", entries=[served("bot", 1, state="loading")])):
+        assert (await post_status(registry, body)).status_code == 200
+    assert await _gauges(registry) == (3, 1, 1)
+    seen = await read(registry, "agent_last_report_timestamp_seconds", agent="gpu-a")
+    assert before - 1 <= seen <= time.time() + 1
+    # A stale agent no longer owes anything; its last report still shows when it was.
+    await age_agent(registry, "gpu-b", 3600)
+    assert await _gauges(registry) == (2, 1, 0)
+    old = await read(registry, "agent_last_report_timestamp_seconds", agent="gpu-b")
+    assert old < before - 3000
+    # The last agent catches up: converged.
+    assert (await post_status(registry, report("gpu-c", entries=[served("bot", 1)]))
+            ).status_code == 200
+    assert await _gauges(registry) == (2, 2, 0)
+
+
+def test_adapters_past_the_label_limit_are_summed_as_other() -> None:
+    metrics = RegistryMetrics(max_adapters=2)
+    metrics.set_fleet([AliasConvergence(f"a{i}", "live", 2, i % 2, 0) for i in range(5)], {})
+    sample = metrics.registry.get_sample_value
+    expected = "loraplane_registry_alias_agents_expected"
+    assert sample(expected, {"adapter": "a0", "alias": "live"}) == 2
+    assert sample(expected, {"adapter": "a1", "alias": "live"}) == 2
+    assert sample(expected, {"adapter": "_other", "alias": "live"}) == 6
+    assert sample("loraplane_registry_alias_agents_converged",
+                  {"adapter": "_other", "alias": "live"}) == 1
+    series = {s.labels["adapter"] for family in metrics.registry.collect()
+              if family.name == expected for s in family.samples}
+    assert series == {"a0", "a1", "_other"}
