@@ -2,8 +2,9 @@
 
 ``loraplane`` is the shared core: it imports neither service, nor the CLI. The registry
 and the agent never import each other. The CLI (``loraplane_cli``) sits above both. No
-production package imports the development harness, the tests, the benchmarks or the
-scripts, and the harness imports none of the last three. Every import counts, also one
+production package imports the development harness, the tests, the benchmarks, the
+scripts or ``deploy``, and the harness imports none of the last four (``deploy`` builds
+deployment artefacts and imports no project package). Every import counts, also one
 inside a function or under ``TYPE_CHECKING``.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION = ("loraplane", "loraplane_cli", "registry_service", "inference_agent", "migrations")
-ABOVE_PRODUCTION = ("devharness", "tests", "bench", "scripts")
+ABOVE_PRODUCTION = ("devharness", "tests", "bench", "scripts", "deploy")
 # Top-level package -> the top-level packages it must never import.
 FORBIDDEN: dict[str, set[str]] = {
     "loraplane": {"registry_service", "inference_agent", "loraplane_cli", "migrations"},
@@ -23,7 +24,9 @@ FORBIDDEN: dict[str, set[str]] = {
     "migrations": {"inference_agent", "loraplane_cli"},
     "inference_agent": {"registry_service", "loraplane_cli", "migrations"},
     "loraplane_cli": set(),
-    "devharness": {"tests", "bench", "scripts"},
+    "devharness": {"tests", "bench", "scripts", "deploy"},
+    # deploy/ builds deployment artefacts (the Grafana dashboard); it reads no project code.
+    "deploy": {*PRODUCTION, "devharness", "tests", "bench", "scripts"},
 }
 for package in PRODUCTION:
     FORBIDDEN[package] |= set(ABOVE_PRODUCTION)
