@@ -11,7 +11,7 @@ adapters it owned: the fewest moves any placement can make.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 # Weights are the first 8 bytes of blake2b: stable across processes and Python
 # versions (``hash()`` is salted per process) and cheap enough for 100 agents x
@@ -48,7 +48,7 @@ def owns(agent_id: str, agents: Iterable[str], adapter: str, replicas: int | Non
     return agent_id in owners(fleet, adapter, replicas)
 
 
-def assignment(agents: Iterable[str], adapters: dict[str, int | None]
+def assignment(agents: Iterable[str], adapters: Mapping[str, int | None]
                ) -> dict[str, set[str]]:
     """adapter -> its owners, for every adapter of ``adapters`` (name -> replicas)."""
     fleet = sorted(set(agents))

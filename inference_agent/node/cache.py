@@ -69,6 +69,10 @@ class AdapterCache:
     def pin(self, adapter: str) -> None:
         self._pinned.add(adapter)
 
+    def unpin(self, adapter: str) -> None:
+        """Make ``adapter`` evictable again; it stays loaded until LRU needs its slot."""
+        self._pinned.discard(adapter)
+
     def is_pinned(self, adapter: str) -> bool:
         return adapter in self._pinned
 
@@ -127,6 +131,7 @@ class AdapterCache:
         await self._await_unload(name)
         path = await self._materializer.materialize(ref)
         await self._reserve(name)
+        started = time.perf_counter()
         try:
             with self._metrics.stage("load"):
                 await self._vllm.load(name, path)
@@ -136,6 +141,7 @@ class AdapterCache:
         finally:
             self._reserved.discard(name)
         self.active[name] = ref
+        self._metrics.tier_transition("warm", "hot", time.perf_counter() - started)
         self._changed()
         log.info("loaded %s (%d/%d active)", name, len(self.active), self.capacity)
 
@@ -213,8 +219,10 @@ class AdapterCache:
         await asyncio.shield(pending)
 
     async def _timed_unload(self, name: str) -> None:
+        started = time.perf_counter()
         with self._metrics.stage("unload"):
             await self._vllm.unload(name)
+        self._metrics.tier_transition("hot", "warm", time.perf_counter() - started)
 
     def _unloading_done(self, name: str, done: asyncio.Future[None]) -> None:
         if self._unloading.get(name) is done:
