@@ -210,6 +210,8 @@ def test_adapters_create_and_place_set_replicas(served: ServedRegistry) -> None:
     assert made["replicas"] == 2
     assert "replicas 1" in served.run("adapters", "place", "placed-one", "--replicas", "1").stdout
     assert "replicas" in served.run("adapters", "show", "placed-one").stdout
+    human = served.run("rollout", "placed-one").stdout
+    assert "placement: 1 replica(s), placed on" in human, human
     cleared = served.run("--json", "adapters", "place", "placed-one", "--clear").json()
     assert cleared["replicas"] is None
     assert "either --replicas" in served.run("adapters", "place", "placed-one", expect=2).stderr
