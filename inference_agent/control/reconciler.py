@@ -266,7 +266,7 @@ class Reconciler:
         self._failures.keep_only(adapter, [(a.target.version, a.target.digest)
                                            for a in want.values()])
         if owned:
-            await self.warm([f"{adapter}@{alias}" for alias in sorted(want)])
+            await self.warm([f"{adapter}@{alias}" for alias in sorted(want)], only_routed=True)
         return outcome
 
     async def _desired_adapter(self, adapter: str) -> DesiredAdapter | None:
