@@ -6,11 +6,14 @@ narrow fakes of test_reconciler.py (the e2e test runs it against real vLLM)."""
 
 from __future__ import annotations
 
+import json
+
+from inference_agent.control.follower import key_for
 from inference_agent.control.keys import ALL
 from inference_agent.control.placement import Placement
 from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.workqueue import Done
-from loraplane.events import DesiredState
+from loraplane.events import DesiredState, PlacementChanged, parse_event
 from loraplane.placement import owners
 from tests.agent.control.test_reconciler import BASE, FakeRegistry, World, ref
 from tests.agent.loop_support import FakeCache
@@ -119,3 +122,13 @@ async def test_an_agent_alone_or_not_yet_listed_owns_its_share() -> None:
     w = placed_world("new", [])  # the registry has no report from it yet
     await resync(w)
     assert w.reconciler.placement.owned() == set(ADAPTERS)
+
+
+def test_a_placement_event_queues_its_adapter_of_this_base_model_only() -> None:
+    raw = {"type": "placement_changed", "event_id": "e", "seq": 1,
+           "time": "2026-11-23T20:00:00+00:00", "tenant": "acme", "adapter": "bot",
+           "base_model": BASE, "replicas": 2}
+    event = parse_event(json.dumps(raw))
+    assert isinstance(event, PlacementChanged) and event.replicas == 2
+    assert key_for(event, BASE) == "bot"
+    assert key_for(event, "other-model") is None
