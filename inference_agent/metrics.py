@@ -114,6 +114,13 @@ class AgentMetrics:
         self.failures = Counter("loraplane_agent_failures",
                                 "Versions that failed to fetch, validate or load",
                                 ["adapter", "code"], registry=r)
+        self.tier_transitions = Counter("loraplane_agent_tier_transitions",
+                                        "Adapter versions moving between tiers (cold: blob "
+                                        "store only, warm: on disk, hot: loaded in vLLM)",
+                                        ["from", "to"], registry=r)
+        self.tier_seconds = Histogram("loraplane_agent_tier_transition_seconds",
+                                      "Time each tier transition took", ["from", "to"],
+                                      buckets=_STAGE_BUCKETS, registry=r)
 
     def count_failure(self, adapter: str, exc: AgentError) -> None:
         """Count ``exc`` in ``failures_total{adapter,code}``, once per exception."""
@@ -146,6 +153,12 @@ class AgentMetrics:
             yield
         finally:
             self.stage_seconds.labels(stage=stage).observe(time.perf_counter() - started)
+
+    def tier_transition(self, source: str, target: str, seconds: float) -> None:
+        """Count one version moving from tier ``source`` to ``target`` and its time."""
+        labels = {"from": source, "to": target}
+        self.tier_transitions.labels(**labels).inc()
+        self.tier_seconds.labels(**labels).observe(seconds)
 
     def event_received(self, committed_at: datetime) -> None:
         """Observe how long an event took from the registry's commit to this agent."""

@@ -148,7 +148,7 @@ class Agent:
             base_model=s.base_model, registry=self.registry, routes=self.routes,
             swapper=self.swapper, cache=self.cache, queue=self.queue, metrics=self.metrics,
             max_attempts=s.max_attempts, pins=s.pin, prewarm=s.prewarm, local=self.watchdir,
-            on_change=self._changed)
+            on_change=self._changed, agent_id=s.agent_id)
         self.status = self._build_status()
         self.follower = (Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
                                   enqueue=self._event_key, metrics=self.metrics,
@@ -178,7 +178,8 @@ class Agent:
                               base_model=self.settings.base_model, routes=self.routes,
                               cache=self.cache, swapper=self.swapper, sources=[self.reconciler],
                               post=self.registry.post_status,
-                              heartbeat_interval_s=self.settings.heartbeat_interval_s)
+                              heartbeat_interval_s=self.settings.heartbeat_interval_s,
+                              disk=self.materializer, owned=self.reconciler.placement)
 
     def _event_key(self, key: str) -> None:
         """A key the event stream asks for: credentials go to their refresher; a full

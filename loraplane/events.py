@@ -88,6 +88,16 @@ class AdapterDeleted(_EventBase):
     base_model: str
 
 
+class PlacementChanged(_EventBase):
+    """The adapter's placement setting changed: agents recompute what they own.
+
+    ``replicas`` None: no placement (every agent serving it, loaded on demand)."""
+
+    type: Literal["placement_changed"] = "placement_changed"
+    base_model: str
+    replicas: int | None
+
+
 RouteKind = Literal["customer", "task", "default"]
 # The one key of a tenant's ``default`` rule: a tenant has at most one default.
 DEFAULT_ROUTE_KEY = "default"
@@ -123,7 +133,8 @@ class CredentialsChanged(_EventBase):
 
 
 Event = Annotated[
-    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged | CredentialsChanged,
+    AdapterUpdated | VersionPublished | AdapterDeleted | PlacementChanged | RouteChanged
+    | CredentialsChanged,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
@@ -156,8 +167,8 @@ class TokenRevoked(_EventBase):
 
 # Everything ``GET /v1/events`` may list: the published events and the audit-only ones.
 AuditEvent = Annotated[
-    AdapterUpdated | VersionPublished | AdapterDeleted | RouteChanged | CredentialsChanged
-    | AdapterCreated | TokenIssued | TokenRevoked,
+    AdapterUpdated | VersionPublished | AdapterDeleted | PlacementChanged | RouteChanged
+    | CredentialsChanged | AdapterCreated | TokenIssued | TokenRevoked,
     Field(discriminator="type"),
 ]
 AUDIT_ADAPTER: TypeAdapter[AuditEvent] = TypeAdapter(AuditEvent)
@@ -178,6 +189,8 @@ class DesiredAdapter(_Frozen):
     name: str
     base_model: str
     aliases: list[DesiredAlias]
+    # How many agents keep it hot (see loraplane.placement); None: no placement.
+    replicas: int | None = None
 
 
 class DesiredState(_Frozen):
@@ -194,6 +207,9 @@ class DesiredState(_Frozen):
     event_seq: int
     adapters: list[DesiredAdapter]
     routes: list[RouteRule]
+    # The live agents of this base model (fresh reports): the fleet placement is
+    # computed over. An older registry sends none; the agent then counts only itself.
+    agents: list[str] = Field(default_factory=list)
 
 
 ServeState = Literal["serving", "loading", "failed", "draining"]
@@ -208,6 +224,20 @@ class ServedVersion(_Frozen):
     code: str | None = None
 
 
+# hot: loaded in vLLM; warm: on the agent's disk; cold: only in the blob store.
+Tier = Literal["hot", "warm", "cold"]
+
+
+class TierEntry(_Frozen):
+    """Where one version of an adapter sits on one agent, and whether the agent owns
+    the adapter (keeps it hot by placement)."""
+
+    adapter: str
+    version: int
+    tier: Tier
+    owned: bool = False
+
+
 class AgentStatus(_Frozen):
     """What one agent reports: what it serves and what failed, with reasons."""
 
@@ -217,3 +247,4 @@ class AgentStatus(_Frozen):
     served: list[ServedVersion]
     loaded: list[str] = Field(default_factory=list)
     failures: list[ServedVersion] = Field(default_factory=list)
+    tiers: list[TierEntry] = Field(default_factory=list)

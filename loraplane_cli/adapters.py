@@ -1,4 +1,4 @@
-"""``loraplane adapters``: create, list, show and delete adapters."""
+"""``loraplane adapters``: create, list, show, place and delete adapters."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def render_adapter(out: Output, adapter: AdapterOut) -> None:
             ("base model", adapter.base_model),
             ("description", adapter.description or None),
             ("latest version", adapter.latest_version),
+            ("replicas", adapter.replicas if adapter.replicas is not None else "all (on demand)"),
             ("created", short_time(adapter.created_at)),
         ]
     )
@@ -43,13 +44,16 @@ def render_adapter(out: Output, adapter: AdapterOut) -> None:
 @click.option("--base-model", required=True, help="The base model the adapter is trained on.")
 @click.option("--tenant", default=None, help="Owning tenant (default: the token's tenant).")
 @click.option("--description", default=None, help="Free text describing the adapter.")
+@click.option("--replicas", type=int, default=None,
+              help="How many agents keep it hot (default: none; loaded on demand).")
 @pass_state
 def create_command(
-    state: CliState, name: str, base_model: str, tenant: str | None, description: str | None
+    state: CliState, name: str, base_model: str, tenant: str | None, description: str | None,
+    replicas: int | None,
 ) -> None:
     """Create adapter NAME (a lowercase slug) for a base model."""
     adapter = state.client().create_adapter(
-        name, base_model, tenant=tenant, description=description
+        name, base_model, tenant=tenant, description=description, replicas=replicas
     )
 
     def render() -> None:
@@ -93,6 +97,22 @@ def show_command(state: CliState, name: str) -> None:
     """Show adapter NAME and its aliases."""
     adapter = state.client().get_adapter(name)
     state.output.emit(adapter, lambda: render_adapter(state.output, adapter))
+
+
+@adapters_group.command("place")
+@click.argument("name")
+@click.option("--replicas", type=int, default=None, help="How many agents keep it hot.")
+@click.option("--clear", is_flag=True, help="No placement: every agent loads it on demand.")
+@pass_state
+def place_command(state: CliState, name: str, replicas: int | None, clear: bool) -> None:
+    """Set how many agents keep adapter NAME hot (rendezvous placement)."""
+    if (replicas is None) == (not clear):
+        raise CliError("give either --replicas N or --clear", code="usage", exit_code=2)
+    adapter = state.client().set_placement(name, None if clear else replicas)
+    placed = adapter.replicas if adapter.replicas is not None else "no placement"
+    state.output.emit(
+        adapter, lambda: state.output.line(f"adapter {name}: replicas {placed}", markup=False)
+    )
 
 
 @adapters_group.command("delete")

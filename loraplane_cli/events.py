@@ -29,6 +29,9 @@ def describe(event: dict[str, Any]) -> str:
         return f"version {target.get('version')} ({short_digest(target.get('digest'))})"
     if kind == "adapter_deleted":
         return "adapter deleted"
+    if kind == "placement_changed":
+        replicas = event.get("replicas")
+        return f"placement: {'none' if replicas is None else f'{replicas} replica(s)'}"
     if kind == "route_changed":
         rule = event.get("rule")
         where = f"{event.get('kind')}/{event.get('key')}"

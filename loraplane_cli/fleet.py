@@ -94,6 +94,10 @@ def render_rollout(out: Output, rollout: RolloutOut) -> None:
     for alias in rollout.aliases:
         if not alias.converged and alias.reason:
             out.line(escape(f"{alias.alias}: not converged ({alias.reason})"))
+    if rollout.replicas is not None:
+        out.line(escape(f"placement: {rollout.replicas} replica(s), placed on "
+                        f"{', '.join(rollout.placed) or '-'}; hot on "
+                        f"{', '.join(rollout.hot) or '-'}"))
     if rollout.unaliased:
         out.table(
             ("agent", "version", "state", "reason"),

@@ -26,6 +26,7 @@ from typing import Protocol
 from inference_agent.control.contract import AliasApplier
 from inference_agent.control.failures import Failures, VersionFailure
 from inference_agent.control.keys import ALL, ROUTES, VLLM, local_adapter
+from inference_agent.control.placement import Placement
 from inference_agent.control.watchdir import LOCAL_ALIAS, LocalVersion
 from inference_agent.control.workqueue import Done, Failed, Outcome, Retry, WorkQueue
 from inference_agent.errors import AgentError, RetryableError, TerminalError
@@ -45,6 +46,8 @@ class DesiredReader(Protocol):
 
 class CacheControl(Protocol):
     def pin(self, adapter: str) -> None: ...
+
+    def unpin(self, adapter: str) -> None: ...
 
     async def ensure_active(self, ref: VersionRef) -> str: ...
 
@@ -93,7 +96,7 @@ class Reconciler:
                  queue: WorkQueue[str], metrics: AgentMetrics, max_attempts: int,
                  pins: Iterable[str] = (), prewarm: Iterable[str] = (),
                  local: LocalSource | None = None,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None, agent_id: str = "") -> None:
         """``registry`` None: only the watched folder (``local``) is desired."""
         self.base_model = base_model
         self._registry = registry
@@ -112,6 +115,8 @@ class Reconciler:
         self._generation: dict[str, int] = {}
         self._pending: dict[tuple[str, str], int | None] = {}
         self.last_snapshot: DesiredState | None = None
+        self.placement = Placement(agent_id, cache,
+                                   configured=(p.partition("@")[0] for p in self._pins))
 
     # --- intake and views -------------------------------------------------------------
 
@@ -163,6 +168,8 @@ class Reconciler:
         started = dict(self._generation)
         snapshot = await registry.desired(self.base_model)
         self.last_snapshot = snapshot
+        # Every adapter is queued below: each re-checks its owners against this fleet.
+        self.placement.set_fleet(snapshot.agents)
         self._swapper.set_rules(list(snapshot.routes))
         desired = {a.name: a for a in snapshot.adapters if a.base_model == self.base_model}
         known = self._routes.adapters() | self._failures.adapters()
@@ -246,6 +253,8 @@ class Reconciler:
             # After a reset (which forgets it), before any move: a version is never
             # routed without its tenant known.
             self._swapper.set_owner(adapter, desired.tenant)
+        # Before any move: an owner's new version loads before the alias flips to it.
+        owned = self.placement.place(adapter, desired.replicas if desired else None)
         outcomes = [await self._move(adapter, alias, revision + 1, None)
                     for alias, (revision, ref) in sorted(held.items())
                     if ref is not None and alias not in want]
@@ -256,6 +265,8 @@ class Reconciler:
             self._swapper.drop_adapter(adapter)
         self._failures.keep_only(adapter, [(a.target.version, a.target.digest)
                                            for a in want.values()])
+        if owned:
+            await self.warm([f"{adapter}@{alias}" for alias in sorted(want)], only_routed=True)
         return outcome
 
     async def _desired_adapter(self, adapter: str) -> DesiredAdapter | None:
@@ -265,6 +276,8 @@ class Reconciler:
         registry = self._require_registry()
         with self._metrics.stage("desired"):
             snapshot = await registry.desired(self.base_model, adapter=adapter)
+        if snapshot.agents:  # an older registry lists none: keep the last fleet
+            self.placement.set_fleet(snapshot.agents)
         # Any snapshot read before this one is now older than what we act on.
         self._touch(adapter)
         return next((a for a in snapshot.adapters

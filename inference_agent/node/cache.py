@@ -79,6 +79,10 @@ class AdapterCache:
     def pin(self, adapter: str) -> None:
         self._pinned.add(adapter)
 
+    def unpin(self, adapter: str) -> None:
+        """Make ``adapter`` evictable again; it stays loaded until LRU needs its slot."""
+        self._pinned.discard(adapter)
+
     def is_pinned(self, adapter: str) -> bool:
         return adapter in self._pinned
 
@@ -154,6 +158,7 @@ class AdapterCache:
             time.perf_counter() - started)
         self._sizes[name] = _size_on_disk(path)
         self.active[name] = ref
+        self._metrics.tier_transition("warm", "hot", time.perf_counter() - started)
         self._changed()
         log.info("loaded %s (%d/%d active)", name, len(self.active), self.capacity)
 
@@ -231,8 +236,10 @@ class AdapterCache:
         await asyncio.shield(pending)
 
     async def _timed_unload(self, name: str) -> None:
+        started = time.perf_counter()
         with self._metrics.stage("unload"):
             await self._vllm.unload(name)
+        self._metrics.tier_transition("hot", "warm", time.perf_counter() - started)
 
     def _unloading_done(self, name: str, done: asyncio.Future[None]) -> None:
         if self._unloading.get(name) is done:

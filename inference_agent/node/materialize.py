@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -77,6 +78,19 @@ class Materializer:
     def folder_for(self, ref: VersionRef) -> Path:
         return self.cache_dir / ref.adapter / folder_name(ref)
 
+    def on_disk(self) -> set[tuple[str, int]]:
+        """(adapter, version) of every folder on disk: the warm tier (and the hot)."""
+        # Names only, no sizes: the status report reads this on every build.
+        found: set[tuple[str, int]] = set()
+        for adapter_dir in self.cache_dir.iterdir():
+            if adapter_dir.name == STAGING or not adapter_dir.is_dir():
+                continue
+            for folder in adapter_dir.iterdir():
+                number = folder.name.partition("-")[0]
+                if folder.is_dir() and number.isdigit():
+                    found.add((adapter_dir.name, int(number)))
+        return found
+
     def path_of(self, ref: VersionRef) -> Path | None:
         folder = self.folder_for(ref)
         return folder if folder.is_dir() else None
@@ -106,7 +120,9 @@ class Materializer:
                 except AgentError as exc:
                     self._metrics.count_failure(ref.adapter, exc)
                     raise
+                started = time.perf_counter()
                 await self._build(ref, final, fill)
+                self._metrics.tier_transition("cold", "warm", time.perf_counter() - started)
                 return final
         finally:
             self._users[final] -= 1
@@ -216,7 +232,9 @@ class Materializer:
                 break
             if folder.name in keep or folder.path in busy:
                 continue
+            started = time.perf_counter()
             shutil.rmtree(folder.path, ignore_errors=True)
+            self._metrics.tier_transition("warm", "cold", time.perf_counter() - started)
             total -= folder.size
             log.info("disk cache: removed %s (%d bytes)", folder.path, folder.size)
         for adapter_dir in self.cache_dir.iterdir():

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from inference_agent.control.failures import VersionFailure
 from inference_agent.serving.routes import RouteTable
-from loraplane.events import AgentStatus, ServedVersion
+from loraplane.events import AgentStatus, ServedVersion, Tier, TierEntry
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,30 @@ class LoadedNames(Protocol):
 
 class Draining(Protocol):
     def draining(self) -> set[str]: ...
+
+
+class DiskTier(Protocol):
+    def on_disk(self) -> set[tuple[str, int]]: ...
+
+
+class Owned(Protocol):
+    def owned(self) -> set[str]: ...
+
+
+def tier_entries(*, routes: RouteTable, loaded: Iterable[str], on_disk: set[tuple[str, int]],
+                 owned: set[str]) -> list[TierEntry]:
+    """Every version routed, loaded or on disk here, with its tier: hot (loaded in
+    vLLM), warm (on disk), cold (routed but only in the blob store)."""
+    hot = {parts for name in loaded if (parts := _split(name)) is not None}
+    routed = {(adapter, ref.version) for adapter in routes.adapters()
+              for _rev, ref in routes.aliases(adapter).values()}
+    entries: list[TierEntry] = []
+    for adapter, version in sorted(hot | routed | on_disk):
+        tier: Tier = ("hot" if (adapter, version) in hot
+                      else "warm" if (adapter, version) in on_disk else "cold")
+        entries.append(TierEntry(adapter=adapter, version=version, tier=tier,
+                                 owned=adapter in owned))
+    return entries[:MAX_ENTRIES]
 
 
 class FailureSource(Protocol):
@@ -50,7 +74,8 @@ def _split(name: str) -> tuple[str, int] | None:
 def build_status(*, agent_id: str, base_model: str, routes: RouteTable,
                  loaded: Iterable[str], draining: Iterable[str],
                  pending: Mapping[tuple[str, str], int | None],
-                 failures: Iterable[VersionFailure], now: datetime) -> AgentStatus:
+                 failures: Iterable[VersionFailure], now: datetime,
+                 tiers: Iterable[TierEntry] = ()) -> AgentStatus:
     served: list[ServedVersion] = []
     for adapter in sorted(routes.adapters()):
         for alias, (_revision, ref) in sorted(routes.aliases(adapter).items()):
@@ -75,7 +100,7 @@ def build_status(*, agent_id: str, base_model: str, routes: RouteTable,
     served = _unique(served)
     return AgentStatus(agent_id=agent_id, base_model=base_model, time=now,
                        served=served[:MAX_ENTRIES], loaded=sorted(loaded)[:MAX_ENTRIES],
-                       failures=bad[:MAX_ENTRIES])
+                       failures=bad[:MAX_ENTRIES], tiers=list(tiers))
 
 
 def _unique(entries: list[ServedVersion]) -> list[ServedVersion]:
@@ -94,7 +119,8 @@ class StatusReporter:
     def __init__(self, *, agent_id: str, base_model: str, routes: RouteTable,
                  cache: LoadedNames, swapper: Draining, sources: Iterable[FailureSource],
                  post: Post, heartbeat_interval_s: float, debounce_s: float = 0.5,
-                 retry_s: float = 5.0) -> None:
+                 retry_s: float = 5.0, disk: DiskTier | None = None,
+                 owned: Owned | None = None) -> None:
         self.agent_id = agent_id
         self.base_model = base_model
         self._routes = routes
@@ -102,6 +128,8 @@ class StatusReporter:
         self._swapper = swapper
         self._sources = list(sources)
         self._post = post
+        self._disk = disk
+        self._owned = owned
         self.heartbeat_interval_s = heartbeat_interval_s
         self.debounce_s = debounce_s
         self.retry_s = retry_s
@@ -120,10 +148,14 @@ class StatusReporter:
         for source in self._sources:
             pending.update(source.pending())
             failures.extend(source.failures())
+        loaded = self._cache.loaded_names()
+        tiers = tier_entries(routes=self._routes, loaded=loaded,
+                             on_disk=self._disk.on_disk() if self._disk else set(),
+                             owned=self._owned.owned() if self._owned else set())
         return build_status(agent_id=self.agent_id, base_model=self.base_model,
-                            routes=self._routes, loaded=self._cache.loaded_names(),
+                            routes=self._routes, loaded=loaded,
                             draining=self._swapper.draining(), pending=pending,
-                            failures=failures, now=datetime.now(UTC))
+                            failures=failures, now=datetime.now(UTC), tiers=tiers)
 
     async def run(self) -> None:
         """Post the first report at once, then on change and every heartbeat."""

@@ -8,7 +8,13 @@ this package imports nothing but pydantic and the standard library.
 
 from __future__ import annotations
 
-from loraplane.api.adapters import AdapterCreate, AdapterOut, AdapterPage, AliasOut
+from loraplane.api.adapters import (
+    AdapterCreate,
+    AdapterOut,
+    AdapterPage,
+    AdapterUpdate,
+    AliasOut,
+)
 from loraplane.api.agents import AgentList, AgentOut, AliasRollout, RolloutEntry, RolloutOut
 from loraplane.api.aliases import (
     AliasHistory,
@@ -27,6 +33,7 @@ __all__ = [
     "AdapterCreate",
     "AdapterOut",
     "AdapterPage",
+    "AdapterUpdate",
     "AgentList",
     "AgentOut",
     "AliasHistory",

@@ -14,6 +14,17 @@ class AdapterCreate(BaseModel):
     base_model: str = Field(min_length=1, max_length=255)
     tenant: str | None = Field(default=None, pattern=SLUG_PATTERN)
     description: str = Field(default="", max_length=10_000)
+    replicas: int | None = Field(
+        default=None, description="how many agents keep it hot (rendezvous placement); "
+                                  "absent or null: every agent serving it, loaded on demand")
+
+
+class AdapterUpdate(BaseModel):
+    """``PATCH /v1/adapters/{name}``: only the fields sent change."""
+
+    replicas: int | None = Field(
+        default=None, description="how many agents keep it hot; null clears the setting")
+    description: str | None = Field(default=None, max_length=10_000)
 
 
 class AliasOut(BaseModel):
@@ -30,6 +41,7 @@ class AdapterOut(BaseModel):
     description: str
     latest_version: int | None
     created_at: datetime
+    replicas: int | None = None
     aliases: list[AliasOut] = []
 
 

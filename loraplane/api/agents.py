@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from loraplane.events import AgentStatus, ServeState
+from loraplane.events import AgentStatus, ServeState, Tier
 
 
 class InferenceCredential(BaseModel):
@@ -66,6 +66,16 @@ class AliasRollout(BaseModel):
     )
 
 
+class TierOut(BaseModel):
+    """Where one version of the adapter sits on one agent."""
+
+    agent_id: str
+    version: int
+    tier: Tier
+    owned: bool
+    stale: bool
+
+
 class RolloutOut(BaseModel):
     adapter: str
     tenant: str
@@ -77,3 +87,12 @@ class RolloutOut(BaseModel):
     unaliased: list[RolloutEntry] = Field(
         description="entries not tied to a current alias, e.g. a version pinned by number"
     )
+    replicas: int | None = Field(
+        default=None, description="how many agents keep it hot; None: no placement")
+    placed: list[str] = Field(
+        default_factory=list,
+        description="the fresh agents that own it by rendezvous placement (empty: none set)")
+    hot: list[str] = Field(
+        default_factory=list, description="fresh agents with a version of it loaded in vLLM")
+    tiers: list[TierOut] = Field(
+        default_factory=list, description="each agent's tier of each version it reports")

@@ -45,9 +45,15 @@ def _body(**fields: Any) -> dict[str, Any]:
 # Adapters
 
 def create_adapter(name: str, base_model: str, tenant: str | None,
-                   description: str | None) -> Call[AdapterOut]:
-    body = _body(name=name, base_model=base_model, tenant=tenant, description=description)
+                   description: str | None, replicas: int | None = None) -> Call[AdapterOut]:
+    body = _body(name=name, base_model=base_model, tenant=tenant, description=description,
+                 replicas=replicas)
     return Call("POST", path("adapters"), model(AdapterOut), json=body)
+
+
+def set_placement(name: str, replicas: int | None) -> Call[AdapterOut]:
+    # Sent even when None: a null clears the setting (no placement).
+    return Call("PATCH", path("adapters", name), model(AdapterOut), json={"replicas": replicas})
 
 
 def adapters_page(tenant: str | None, base_model: str | None, limit: int | None,

@@ -108,10 +108,11 @@ class AsyncRegistryClient:
     # Adapters
 
     async def create_adapter(self, name: str, base_model: str, *, tenant: str | None = None,
-                       description: str | None = None) -> AdapterOut:
+                       description: str | None = None,
+                       replicas: int | None = None) -> AdapterOut:
         """Create adapter ``name`` (a slug) for ``base_model``; ``tenant`` defaults to the
-        token's."""
-        return await self.send(api.create_adapter(name, base_model, tenant, description))
+        token's. ``replicas``: how many agents keep it hot (None: no placement)."""
+        return await self.send(api.create_adapter(name, base_model, tenant, description, replicas))
 
     async def adapters_page(self, *, tenant: str | None = None, base_model: str | None = None,
                       limit: int | None = None, cursor: str | None = None) -> AdapterPage:
@@ -123,6 +124,11 @@ class AsyncRegistryClient:
         def page(want: int, cursor: str | None) -> Call[AdapterPage]:
             return api.adapters_page(tenant, base_model, want, cursor)
         return await self._collect(page, lambda p: p.adapters, limit, page_size)
+
+    async def set_placement(self, name: str, replicas: int | None) -> AdapterOut:
+        """Keep ``name`` hot on ``replicas`` agents (rendezvous placement); None clears
+        it: every agent serving it loads it on demand."""
+        return await self.send(api.set_placement(name, replicas))
 
     async def get_adapter(self, name: str) -> AdapterOut:
         return await self.send(api.get_adapter(name))

@@ -105,10 +105,11 @@ class RegistryClient:
     # Adapters
 
     def create_adapter(self, name: str, base_model: str, *, tenant: str | None = None,
-                       description: str | None = None) -> AdapterOut:
+                       description: str | None = None,
+                       replicas: int | None = None) -> AdapterOut:
         """Create adapter ``name`` (a slug) for ``base_model``; ``tenant`` defaults to the
-        token's."""
-        return self.send(api.create_adapter(name, base_model, tenant, description))
+        token's. ``replicas``: how many agents keep it hot (None: no placement)."""
+        return self.send(api.create_adapter(name, base_model, tenant, description, replicas))
 
     def adapters_page(self, *, tenant: str | None = None, base_model: str | None = None,
                       limit: int | None = None, cursor: str | None = None) -> AdapterPage:
@@ -120,6 +121,11 @@ class RegistryClient:
         def page(want: int, cursor: str | None) -> Call[AdapterPage]:
             return api.adapters_page(tenant, base_model, want, cursor)
         return self._collect(page, lambda p: p.adapters, limit, page_size)
+
+    def set_placement(self, name: str, replicas: int | None) -> AdapterOut:
+        """Keep ``name`` hot on ``replicas`` agents (rendezvous placement); None clears
+        it: every agent serving it loads it on demand."""
+        return self.send(api.set_placement(name, replicas))
 
     def get_adapter(self, name: str) -> AdapterOut:
         return self.send(api.get_adapter(name))

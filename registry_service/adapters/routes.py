@@ -5,7 +5,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from registry_service.adapters import service
-from registry_service.adapters.schemas import AdapterCreate, AdapterOut, AdapterPage
+from registry_service.adapters.schemas import (
+    AdapterCreate,
+    AdapterOut,
+    AdapterPage,
+    AdapterUpdate,
+)
 from registry_service.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/adapters", tags=["adapters"])
@@ -30,6 +35,13 @@ async def list_adapters(
 @router.get("/{name}")
 async def get_adapter(name: str, session: SessionDep, principal: PrincipalDep) -> AdapterOut:
     return await service.show_adapter(session, principal, name)
+
+
+@router.patch("/{name}")
+async def update_adapter(name: str, body: AdapterUpdate, session: SessionDep,
+                         principal: PrincipalDep) -> AdapterOut:
+    """Change the placement (``replicas``) or the description; only the fields sent."""
+    return await service.update_adapter(session, principal, name, body)
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from loraplane.api.adapters import AdapterCreate, AdapterOut, AdapterPage, AliasOut
+from loraplane.api.adapters import (
+    AdapterCreate,
+    AdapterOut,
+    AdapterPage,
+    AdapterUpdate,
+    AliasOut,
+)
 
-__all__ = ["AdapterCreate", "AdapterOut", "AdapterPage", "AliasOut"]
+__all__ = ["AdapterCreate", "AdapterOut", "AdapterPage", "AdapterUpdate", "AliasOut"]

@@ -1,4 +1,4 @@
-"""Use cases of adapters: create, list, show, delete."""
+"""Use cases of adapters: create, list, show, update (placement), delete."""
 
 from __future__ import annotations
 
@@ -8,19 +8,35 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import AdapterCreated, AdapterDeleted
+from loraplane.events import AdapterCreated, AdapterDeleted, PlacementChanged
 from loraplane.naming import is_slug
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
-from registry_service.adapters.schemas import AdapterCreate, AdapterOut, AdapterPage, AliasOut
+from registry_service.adapters.schemas import (
+    AdapterCreate,
+    AdapterOut,
+    AdapterPage,
+    AdapterUpdate,
+    AliasOut,
+)
 from registry_service.aliases.service import alias_versions, remove_all_aliases
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
-from registry_service.errors import BadRequest, Conflict, Forbidden
+from registry_service.errors import BadRequest, Conflict, Forbidden, InvalidInput
 from registry_service.events.service import envelope, record_audit, record_event
 from registry_service.routing.service import drop_routes_to
 from registry_service.tenants.models import Tenant
 from registry_service.tenants.service import get_or_create_tenant
+
+# More owners than this is every agent of any fleet we plan for: say "no placement".
+MAX_REPLICAS = 1000
+
+
+def _check_replicas(replicas: int | None) -> None:
+    if replicas is not None and not 1 <= replicas <= MAX_REPLICAS:
+        raise InvalidInput(f"replicas must be 1-{MAX_REPLICAS}, or null for no placement",
+                           code="invalid_replicas",
+                           detail={"replicas": replicas, "min": 1, "max": MAX_REPLICAS})
 
 
 def _target_tenant(principal: Principal, requested: str | None) -> str:
@@ -39,12 +55,14 @@ async def create_adapter(
     session: AsyncSession, principal: Principal, data: AdapterCreate
 ) -> AdapterOut:
     principal.require(Role.PUBLISHER)
+    _check_replicas(data.replicas)
     tenant = await get_or_create_tenant(session, _target_tenant(principal, data.tenant))
     existing = await session.scalar(select(Adapter).where(Adapter.name == data.name))
     if existing is not None:
         raise _name_taken(existing)
     adapter = Adapter(name=data.name, tenant=tenant, tenant_id=tenant.id,
-                      base_model=data.base_model, description=data.description)
+                      base_model=data.base_model, description=data.description,
+                      replicas=data.replicas)
     session.add(adapter)
     record_audit(session, AdapterCreated(**envelope(tenant.name, data.name),
                                          base_model=data.base_model), actor=principal.name)
@@ -75,7 +93,7 @@ async def _out(session: AsyncSession, adapter: Adapter, *, aliases: bool = False
     return AdapterOut(
         name=adapter.name, tenant=adapter.tenant.name, base_model=adapter.base_model,
         description=adapter.description, latest_version=adapter.last_version or None,
-        created_at=adapter.created_at, aliases=alias_out,
+        created_at=adapter.created_at, aliases=alias_out, replicas=adapter.replicas,
     )
 
 
@@ -119,6 +137,27 @@ async def list_adapters(
     page = [await _out(session, a) for a in rows[:limit]]
     next_cursor = _encode_cursor(rows[limit - 1].name) if len(rows) > limit else None
     return AdapterPage(adapters=page, next_cursor=next_cursor)
+
+
+async def update_adapter(
+    session: AsyncSession, principal: Principal, name: str, data: AdapterUpdate
+) -> AdapterOut:
+    """Change the fields sent. A new placement is published so agents re-place it now,
+    not at their next resync."""
+    principal.require(Role.PUBLISHER)
+    sent = data.model_fields_set
+    if "replicas" in sent:
+        _check_replicas(data.replicas)
+    adapter = await get_visible_adapter(session, principal, name, for_update=True)
+    if "description" in sent and data.description is not None:
+        adapter.description = data.description
+    if "replicas" in sent and data.replicas != adapter.replicas:
+        adapter.replicas = data.replicas
+        event = PlacementChanged(**envelope(adapter.tenant.name, adapter.name),
+                                 base_model=adapter.base_model, replicas=data.replicas)
+        record_event(session, event, actor=principal.name)
+    await session.commit()
+    return await _out(session, adapter, aliases=True)
 
 
 async def delete_adapter(session: AsyncSession, principal: Principal, name: str) -> None:

@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from loraplane.events import AgentStatus
-from registry_service.agents.schemas import AliasRollout, RolloutEntry
+from loraplane.naming import parse_model_ref
+from loraplane.placement import owners
+from registry_service.agents.schemas import AliasRollout, RolloutEntry, TierOut
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +108,29 @@ def _not_converged(fresh: set[str], pending: list[str], broken: set[str]) -> str
     if broken:
         return f"{len(broken)} agent(s) failed"
     return f"{len(pending)} agent(s) pending" if pending else None
+
+
+def tier_entries(reports: list[AgentReport], adapter: str) -> list[TierOut]:
+    """Each agent's tier of each version of ``adapter``. An agent that reports no tiers
+    (an older agent) still shows its loaded versions as hot."""
+    out: list[TierOut] = []
+    for report in reports:
+        listed = [t for t in report.status.tiers if t.adapter == adapter]
+        if not listed:
+            hot = [ref.version for n in report.status.loaded
+                   if (ref := parse_model_ref(n)) is not None and ref.adapter == adapter
+                   and ref.version is not None]
+            out += [TierOut(agent_id=report.agent_id, version=v, tier="hot", owned=False,
+                            stale=report.stale) for v in hot]
+        out += [TierOut(agent_id=report.agent_id, version=t.version, tier=t.tier,
+                        owned=t.owned, stale=report.stale) for t in listed]
+    return out
+
+
+def placement(adapter: str, replicas: int | None, fleet: list[AgentReport],
+              tiers: list[TierOut]) -> tuple[list[str], list[str]]:
+    """(the fresh agents that own ``adapter``, the fresh agents where it is hot)."""
+    fresh = [r.agent_id for r in fleet if not r.stale]
+    placed = owners(fresh, adapter, replicas) if replicas is not None else []
+    hot = sorted({t.agent_id for t in tiers if t.tier == "hot" and not t.stale})
+    return placed, hot

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
-from loraplane.api.agents import AgentList, AgentOut, AliasRollout, RolloutEntry, RolloutOut
+from loraplane.api.agents import (
+    AgentList,
+    AgentOut,
+    AliasRollout,
+    RolloutEntry,
+    RolloutOut,
+    TierOut,
+)
 
-__all__ = ["AgentList", "AgentOut", "AliasRollout", "RolloutEntry", "RolloutOut"]
+__all__ = ["AgentList", "AgentOut", "AliasRollout", "RolloutEntry", "RolloutOut", "TierOut"]

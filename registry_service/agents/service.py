@@ -6,7 +6,7 @@ An agent's report replaces its previous one. Tenant-scoped readers see every age
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -21,6 +21,8 @@ from registry_service.agents.rollout import (
     adapter_entries,
     alias_rollout,
     group_entries,
+    placement,
+    tier_entries,
 )
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
 from registry_service.aliases.service import aliases_by_adapter
@@ -178,6 +180,18 @@ async def list_agents(
     return AgentList(stale_after_s=stale_after_s, agents=agents)
 
 
+async def live_agent_ids(session: AsyncSession, base_model: str, *,
+                         stale_after_s: float = DEFAULT_STALE_AFTER_S) -> list[str]:
+    """The agents of ``base_model`` that reported within ``stale_after_s``: the fleet
+    adapters are placed over (see ``loraplane.placement``)."""
+    since = utcnow() - timedelta(seconds=stale_after_s)
+    rows = await session.scalars(
+        select(AgentRow.agent_id).where(AgentRow.base_model == base_model,
+                                        AgentRow.last_seen_at >= since)
+        .order_by(AgentRow.agent_id))
+    return list(rows)
+
+
 async def _rollout_adapter(session: AsyncSession, principal: Principal, name: str) -> Adapter:
     # A deleted adapter still has a rollout: the agents draining it.
     adapter = await session.scalar(select(Adapter).where(Adapter.name == name))
@@ -245,8 +259,11 @@ def _rollout(adapter: Adapter, targets: list[AliasTarget], reports: list[AgentRe
         # A removed alias is shown only while some agent still reports it.
         if t.version is not None or by_alias[t.alias]
     ]
+    tiers = tier_entries(fleet, adapter.name)
+    placed, hot = placement(adapter.name, adapter.replicas, fleet, tiers)
     return RolloutOut(
         adapter=adapter.name, tenant=adapter.tenant.name, base_model=adapter.base_model,
         deleted=adapter.deleted_at is not None, stale_after_s=stale_after_s,
         agents=sum(1 for r in fleet if not r.stale), aliases=aliases, unaliased=unaliased,
+        replicas=adapter.replicas, placed=placed, hot=hot, tiers=tiers,
     )

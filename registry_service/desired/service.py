@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import DesiredAdapter, DesiredAlias, DesiredState
 from registry_service.adapters.models import Adapter
+from registry_service.agents.service import live_agent_ids
 from registry_service.aliases.service import alias_targets
 from registry_service.auth.roles import Principal, Role
 from registry_service.events.service import last_event_seq, last_stream_seq
@@ -77,6 +78,8 @@ async def desired_state(
     return DesiredState(
         base_model=base_model, stream_seq=stream_seq, event_seq=event_seq,
         adapters=[DesiredAdapter(tenant=a.tenant.name, name=a.name, base_model=a.base_model,
-                                 aliases=aliases[a.id]) for a in adapters],
+                                 aliases=aliases[a.id], replicas=a.replicas)
+                  for a in adapters],
         routes=await rules_to(session, where),
+        agents=await live_agent_ids(session, base_model),
     )

@@ -87,6 +87,9 @@ class FakeCache:
     def pin(self, adapter: str) -> None:
         self.pinned.add(adapter)
 
+    def unpin(self, adapter: str) -> None:
+        self.pinned.discard(adapter)
+
     async def ensure_active(self, target: VersionRef) -> str:
         name = f"{target.adapter}@{target.version}"
         self.loaded.append(name)

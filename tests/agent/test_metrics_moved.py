@@ -31,7 +31,8 @@ MOVED = {"requests", "request_errors", "request_seconds", "cache_hits", "cache_m
          "cache_evictions", "stage_seconds", "event_delay_seconds", "versions_loaded",
          "downloaded_bytes", "swaps", "failures", "process_resident_memory_bytes",
          "time_to_first_token_seconds", "tokens", "adapter_load_seconds",
-         "loaded_adapter_bytes", "swap_seconds"}
+         "loaded_adapter_bytes", "swap_seconds", "tier_transitions", "tier_transition_seconds"}
+WARM_HOT = {"from": "warm", "to": "hot"}
 
 
 def test_every_agent_metric_is_tested() -> None:
@@ -103,7 +104,11 @@ async def _moves(read: Scrape, client: httpx.AsyncClient, publish: Publish,
     before = {name: await read(name) for name in (
         "cache_misses_total", "cache_hits_total", "versions_loaded")}
     loads = await read("stage_seconds_count", stage="load")
+    warm_hot = await read("tier_transitions_total", **WARM_HOT)
+    timed = await read("tier_transition_seconds_count", **WARM_HOT)
     assert await complete(client, "bot") == 200
+    assert await read("tier_transitions_total", **WARM_HOT) == warm_hot + 1
+    assert await read("tier_transition_seconds_count", **WARM_HOT) == timed + 1
     assert await read("requests_total", adapter="bot", status="200") == 1
     assert await read("request_seconds_count", adapter="bot") == 1
     assert await read("cache_misses_total", adapter="bot") == before["cache_misses_total"] + 1
@@ -123,12 +128,14 @@ async def _moves(read: Scrape, client: httpx.AsyncClient, publish: Publish,
     assert await read("cache_hits_total", adapter="bot") >= before["cache_hits_total"] + 1
     # Two more adapters on two slots: the least recently used goes.
     evicted = await read("cache_evictions_total")
+    hot_warm = await read("tier_transitions_total", **{"from": "hot", "to": "warm"})
     for model in ("cold", "third"):
         assert await complete(client, model) == 200
     assert await read("cache_evictions_total") > evicted
     # bot, the least recently used, went; its bytes went with it.
     assert await read("cache_evictions_total", adapter="bot") == 1
     assert await read("loaded_adapter_bytes", adapter="bot") == 0
+    assert await read("tier_transitions_total", **{"from": "hot", "to": "warm"}) > hot_warm
     # An unknown model is refused and counted as an error of its reason.
     assert await complete(client, "nope") == 404
     assert await read("request_errors_total", reason="model_not_found") == 1
@@ -140,13 +147,17 @@ async def _swaps_and_failures(read: Scrape, client: httpx.AsyncClient, publish: 
     moved = ("event_delay_seconds_count", "downloaded_bytes_total")
     before = {name: await read(name) for name in moved}
     applied = await read("swaps_total", adapter="third", outcome="applied")
+    # The new version's download: blob store -> this agent's disk.
+    cold_warm = {"from": "cold", "to": "warm"}
+    before["tier_transitions_total"] = await read("tier_transitions_total", **cold_warm)
     stages = {s: await read("stage_seconds_count", stage=s) for s in ("fetch", "validate")}
     # A new version of the loaded third: the event arrives, the version is downloaded and
     # checked, and the alias swaps.
     await publish("third", adapters / "a2")
 
     async def swapped() -> bool:
-        return (all([await read(name) > count for name, count in before.items()])
+        return (all([await read(name, **(cold_warm if name.startswith("tier") else {}))
+                     > count for name, count in before.items()])
                 and all([await read("stage_seconds_count", stage=s) > count
                          for s, count in stages.items()])
                 and await read("swaps_total", adapter="third", outcome="applied") > applied

@@ -204,6 +204,21 @@ def test_adapters_list_filters_and_delete(served: ServedRegistry) -> None:
     assert "adapter 'beta-one' not found" in gone.stderr
 
 
+def test_adapters_create_and_place_set_replicas(served: ServedRegistry) -> None:
+    made = served.run("--json", "adapters", "create", "placed-one", "--base-model",
+                      "tiny-llama", "--tenant", "beta", "--replicas", "2").json()
+    assert made["replicas"] == 2
+    assert "replicas 1" in served.run("adapters", "place", "placed-one", "--replicas", "1").stdout
+    assert "replicas" in served.run("adapters", "show", "placed-one").stdout
+    human = served.run("rollout", "placed-one").stdout
+    assert "placement: 1 replica(s), placed on" in human, human
+    cleared = served.run("--json", "adapters", "place", "placed-one", "--clear").json()
+    assert cleared["replicas"] is None
+    assert "either --replicas" in served.run("adapters", "place", "placed-one", expect=2).stderr
+    bad = served.run("adapters", "place", "placed-one", "--replicas", "0", expect=1)
+    assert "replicas must be" in bad.stderr
+
+
 def test_agents_and_rollout_show_the_fleet(served: ServedRegistry) -> None:
     secret = served.run("token", "create", "gpu-1", "--role", "agent").stdout.strip()
     status: dict[str, Any] = {

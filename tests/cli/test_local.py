@@ -99,6 +99,10 @@ def test_event_lines_describe_every_event_type() -> None:
                        "target": {"version": 3, "digest": "ab" * 32}}).endswith(
         "version 3 (abababababab)")
     assert event_line({**base, "type": "adapter_deleted"}).endswith("adapter deleted")
+    assert event_line({**base, "type": "placement_changed", "replicas": 2}).endswith(
+        "placement: 2 replica(s)")
+    assert event_line({**base, "type": "placement_changed", "replicas": None}).endswith(
+        "placement: none")
     assert event_line({**base, "type": "route_changed", "kind": "customer", "key": "c1",
                        "rule": {"adapter": "bot", "alias": "canary"}}).endswith(
         "route customer/c1 -> bot@canary")

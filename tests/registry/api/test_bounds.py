@@ -42,6 +42,10 @@ CASES: list[tuple[str, str, dict[str, Any] | None, int, str]] = [
      "invalid_request"),
     ("GET", f"/v1/adapters?limit={HUGE}", None, 422, "invalid_request"),
     ("GET", "/v1/adapters?cursor=AA==", None, 400, "invalid_cursor"),
+    ("PATCH", "/v1/adapters/bot", {"replicas": HUGE}, 422, "invalid_replicas"),
+    ("PATCH", "/v1/adapters/bot", {"replicas": PAST_INT32}, 422, "invalid_replicas"),
+    ("POST", "/v1/adapters", {"name": "big", "base_model": "m", "tenant": "acme",
+                              "replicas": PAST_INT64}, 422, "invalid_replicas"),
 ]
 
 

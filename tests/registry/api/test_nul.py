@@ -16,6 +16,8 @@ async def test_a_nul_character_is_refused_not_a_server_error(
         registry.client.get("/v1/adapters/a%00bot", headers=headers),
         registry.client.post("/v1/adapters", headers=headers, json={
             "name": "b-bot", "base_model": "m", "tenant": "acme", "description": "x\x00"}),
+        registry.client.patch("/v1/adapters/a-bot", headers=headers,
+                              json={"description": "x\x00"}),
     ]
     for call in calls:
         response = await call

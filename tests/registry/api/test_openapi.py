@@ -129,14 +129,14 @@ async def test_docs_pages_load_every_asset_from_the_registry(
         assert len(response.content) > 1000, url
 
 
-@pytest.mark.parametrize(("path", "allowed"), [
-    ("/v1/adapters", "GET, POST"),
-    ("/v1/adapters/support-bot", "DELETE, GET"),
-    ("/v1/adapters/support-bot/aliases/live", "DELETE, PUT"),
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("PATCH", "/v1/adapters", "GET, POST"),
+    ("PUT", "/v1/adapters/support-bot", "DELETE, GET, PATCH"),
+    ("PATCH", "/v1/adapters/support-bot/aliases/live", "DELETE, PUT"),
 ])
 async def test_method_not_allowed_lists_every_method_of_the_path(
-        client: httpx.AsyncClient, path: str, allowed: str) -> None:
-    response = await client.request("PATCH", path)
+        client: httpx.AsyncClient, method: str, path: str, allowed: str) -> None:
+    response = await client.request(method, path)
     assert response.status_code == 405
     assert response.headers["allow"] == allowed
     assert response.json()["error"]["code"] == "method_not_allowed"

@@ -1,0 +1,49 @@
+"""Tiers: each version's hot / warm / cold on this agent, and the transitions counted in
+the metrics the agent serves at /metrics (rendered and parsed, as a scrape would)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from devharness.testbed import metric
+from inference_agent.node.status import tier_entries
+from inference_agent.serving.routes import RouteTable
+from tests.agent.adapter_refs import adapter_ref
+from tests.agent.node.test_cache import World
+
+TRANSITIONS = "loraplane_agent_tier_transitions_total"
+SECONDS = "loraplane_agent_tier_transition_seconds_count"
+
+
+def _moved(world: World, source: str, target: str) -> float:
+    text = world.metrics.render().decode()
+    return metric(text, TRANSITIONS, **{"from": source, "to": target})
+
+
+async def test_transitions_are_counted_and_timed(tmp_path: Path) -> None:
+    world = World(tmp_path, capacity=1)
+    a, b = world.ref("a"), world.ref("b")
+    await world.cache.ensure_active(a)  # cold -> warm (download) -> hot (load)
+    assert (_moved(world, "cold", "warm"), _moved(world, "warm", "hot")) == (1, 1)
+    await world.cache.ensure_active(b)  # a evicted: hot -> warm; b cold -> warm -> hot
+    assert _moved(world, "hot", "warm") == 1
+    assert (_moved(world, "cold", "warm"), _moved(world, "warm", "hot")) == (2, 2)
+    await world.cache.ensure_active(a)  # a was still on disk: warm -> hot, no download
+    assert (_moved(world, "cold", "warm"), _moved(world, "warm", "hot")) == (2, 3)
+    world.materializer.max_bytes = 0
+    await world.materializer.evict_disk(keep={"a@1"})  # b leaves the disk: warm -> cold
+    assert _moved(world, "warm", "cold") == 1
+    text = world.metrics.render().decode()
+    assert metric(text, SECONDS, **{"from": "warm", "to": "hot"}) == 3
+    assert world.materializer.on_disk() == {("a", 1)}
+
+
+def test_each_version_reports_its_tier_and_ownership(tmp_path: Path) -> None:
+    routes = RouteTable("tiny-llama")
+    routes.set_alias("bot", "live", 1, adapter_ref(tmp_path, "bot", 3))
+    routes.set_alias("cold", "live", 1, adapter_ref(tmp_path, "cold", 1))
+    entries = tier_entries(routes=routes, loaded=["bot@3"],
+                           on_disk={("bot", 3), ("bot", 2), ("cold", 0)}, owned={"bot"})
+    assert [(e.adapter, e.version, e.tier, e.owned) for e in entries] == [
+        ("bot", 2, "warm", True), ("bot", 3, "hot", True),
+        ("cold", 0, "warm", False), ("cold", 1, "cold", False)]
