@@ -13,7 +13,7 @@ from devharness.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Llama and its adapters, for the module (modules may define their own)."""
+    """The tiny Llama and its adapters, for the module."""
     return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"),
                              ensure_vllm_env(install=True))
 

@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 
 from devharness.services import NatsService
 from devharness.tcp_pause import HELD_PROMPT, PausableTcpProxy
-from devharness.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+from devharness.vllm import VllmServer
 from devharness.waiting import eventually
 from inference_agent.control.failures import VersionFailure
 from inference_agent.errors import VllmUnavailable
@@ -196,25 +195,6 @@ async def _answers(client: httpx.AsyncClient) -> bool:
 
 
 # --- Agent.run() against a real vLLM, a real registry over HTTP and a real NATS -----------
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = ensure_vllm_env(install=True)
-    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"), python)
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model: Path,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    log_path = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    server = VllmServer(ensure_vllm_env(), tiny_model / "base", log_path, max_loras=4)
-    server.start()
-    try:
-        server.wait_ready(timeout=300)
-        yield server
-    finally:
-        server.stop()
 
 
 async def complete(client: httpx.AsyncClient, model: str,

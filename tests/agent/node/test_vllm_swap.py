@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from devharness.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+from devharness.vllm import VllmServer, ensure_vllm_env
 from devharness.waiting import eventually
 from inference_agent.control.swap import Swapper
 from inference_agent.errors import AdapterRejected, VllmRefused, VllmUnavailable
@@ -30,12 +30,6 @@ from tests.agent.adapter_refs import LocalFetch, WatchedLeases, ref_from_dir
 
 pytestmark = pytest.mark.vllm
 BASE = "tiny-llama"
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = ensure_vllm_env(install=True)
-    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"), python)
 
 
 @pytest.fixture(scope="module")

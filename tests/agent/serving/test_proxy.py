@@ -19,7 +19,7 @@ from devharness.services import NatsService
 from devharness.tcp_pause import PausableTcpProxy
 from devharness.testbed import long_context_base
 from devharness.uploads import adapter_parts
-from devharness.vllm import VllmServer, ensure_tiny_model, ensure_vllm_env
+from devharness.vllm import VllmServer, ensure_vllm_env
 from devharness.waiting import eventually
 from inference_agent.node.registry_client import RegistryLink
 from loraplane.events import RouteRule, VersionRef
@@ -49,12 +49,6 @@ pytestmark = pytest.mark.vllm
 CONTEXT = 4096
 
 Versions = dict[str, tuple[VersionRef, Path]]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"),
-                             ensure_vllm_env(install=True))
 
 
 @pytest.fixture(scope="module")
