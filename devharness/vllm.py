@@ -200,6 +200,21 @@ class VllmServer:
             return f"{type(exc).__name__}: {exc}"
         return None if status == 200 else f"GET /v1/models answered {status}"
 
+    def loaded_adapters(self) -> list[str]:
+        """The LoRA names vLLM lists under its base model right now."""
+        models = httpx.get(f"{self.url}/v1/models", timeout=30.0).json()["data"]
+        return [m["id"] for m in models if m.get("parent") is not None]
+
+    def unload_all(self) -> None:
+        """Unload every adapter, so the next user of a shared server starts from none."""
+        for name in self.loaded_adapters():
+            response = httpx.post(f"{self.url}/v1/unload_lora_adapter",
+                                  json={"lora_name": name}, timeout=30.0)
+            # 404: it went between the listing and the unload, which is what we want.
+            if response.status_code not in (200, 404):
+                raise VllmServerError(f"unloading {name} answered {response.status_code}: "
+                                      f"{response.text[:200]}")
+
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM the whole process group, then SIGKILL whatever is left after grace."""
         child, self._child = self._child, None

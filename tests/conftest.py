@@ -29,6 +29,9 @@ from devharness.services import (
     ServiceStartError,
 )
 
+# The shared vLLM server and the tiny model (tests/vllm_fixtures.py).
+pytest_plugins = ["tests.vllm_fixtures"]
+
 
 def _fail(exc: ServiceStartError) -> None:
     pytest.fail(f"a required service could not be started:\n{exc}", pytrace=False)

@@ -14,8 +14,8 @@ import pytest
 
 from devharness.containers import ADMIN_TOKEN, ContainerStack
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import AgentProcess, AgentSpec, LoggedVllmServer
-from devharness.vllm import VllmEnvError, ensure_tiny_model, ensure_vllm_env
+from devharness.testbed import AgentProcess, AgentSpec
+from devharness.vllm import VllmServer
 from loraplane.process import ProcessError
 from tests.containers.test_registry_stack import TENANT, cli, create_adapter
 from tests.e2e.steps import served_by
@@ -39,34 +39,30 @@ def create_token(stack: ContainerStack, body: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="package")
-def host_agent(stack: ContainerStack,
+def host_agent(stack: ContainerStack, tiny_model: Path, shared_vllm: VllmServer,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostAgent]:
+    """An agent on the host beside the run's shared vLLM (tests/vllm_fixtures.py),
+    emptied of what earlier modules loaded."""
     work = tmp_path_factory.mktemp("containers-agent")
+    shared_vllm.unload_all()
     with contextlib.ExitStack() as on_exit:
         try:
-            python = ensure_vllm_env(install=True)
-            model = ensure_tiny_model(work / "tiny", python)
-            vllm = LoggedVllmServer(python, model / "base", work / "vllm.log",
-                                    served_model_name=BASE_MODEL, max_loras=2)
-            on_exit.callback(vllm.stop)
-            vllm.start()
-            vllm.wait_ready(timeout=400)
             token = create_token(stack, {"name": "containers-agent", "role": "agent",
                                          "agent_id": "agent-containers"})
-            spec = AgentSpec(agent_id="agent-containers", vllm_url=vllm.url,
+            spec = AgentSpec(agent_id="agent-containers", vllm_url=shared_vllm.url,
                              base_model=BASE_MODEL, cache_dir=work / "cache",
-                             base_model_config=model / "base" / "config.json",
+                             base_model_config=tiny_model / "base" / "config.json",
                              registry=stack.registry_url, token=token,
                              nats_url=stack.nats_url, max_loaded=2,
-                             max_lora_rank=vllm.max_lora_rank)
+                             max_lora_rank=shared_vllm.max_lora_rank)
             agent = AgentProcess(spec, work / "agents")
             on_exit.callback(agent.stop)
             agent.start()
-        except (ProcessError, VllmEnvError) as exc:
-            pytest.fail(f"vLLM and the agent could not be started:\n{exc}", pytrace=False)
+        except ProcessError as exc:
+            pytest.fail(f"the agent could not be started:\n{exc}", pytrace=False)
         inference = create_token(stack, {"name": "containers-client", "role": "inference",
                                           "tenant": TENANT})
-        yield HostAgent(agent, model, inference)
+        yield HostAgent(agent, tiny_model, inference)
 
 
 async def test_a_cli_push_reaches_the_agent_which_serves_the_new_version(

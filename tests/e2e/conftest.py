@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +23,7 @@ from devharness.openai_client import OpenAIClient
 from devharness.services import NatsService, PostgresDatabase, SeaweedS3, ServiceStartError
 from devharness.tcp_pause import PausableTcpProxy
 from devharness.testbed import AgentProcess, AgentSpec, Testbed, running_testbed
-from devharness.vllm import (
-    VllmEnvError,
-    ensure_tiny_model,
-    ensure_vllm_env,
-)
+from devharness.vllm import VllmEnvError
 from loraplane.client import AsyncRegistryClient
 from loraplane.process import ProcessError
 from tests.conftest import fresh_postgres
@@ -62,14 +59,14 @@ def e2e_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsService]:
 
 @pytest.fixture(scope="package")
 def testbed(e2e_postgres: PostgresDatabase, seaweed: SeaweedS3, e2e_nats: NatsService,
+            vllm_python: Path, tiny_model: Path,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     work = tmp_path_factory.mktemp("testbed")
     with contextlib.ExitStack() as stack:
         try:
-            python = ensure_vllm_env(install=True)
-            model = ensure_tiny_model(work / "tiny", python)
             running = stack.enter_context(running_testbed(
-                work, model_dir=model, vllm_python=python, database_url=e2e_postgres.url,
+                work, model_dir=tiny_model, vllm_python=vllm_python,
+                database_url=e2e_postgres.url,
                 nats=e2e_nats, s3=seaweed, max_loras=3, max_loaded=3,
                 max_model_len=TESTBED_CONTEXT,
                 agent_settings=AGENT_SETTINGS))

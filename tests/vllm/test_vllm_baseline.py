@@ -19,8 +19,6 @@ import pytest
 from devharness.vllm import (
     DEFAULT_BASE_MODEL_NAME,
     VllmServer,
-    ensure_tiny_model,
-    ensure_vllm_env,
 )
 
 pytestmark = pytest.mark.vllm
@@ -30,27 +28,8 @@ PROMPT = "The registry publishes"
 
 
 @pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    return ensure_vllm_env(install=True)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-model"), vllm_python)
-
-
-@pytest.fixture(scope="module")
-def server(
-    vllm_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
-    log_path = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    srv = VllmServer(vllm_python, tiny_model / "base", log_path, max_loras=4)
-    srv.start()
-    try:
-        srv.wait_ready(timeout=300)
-        yield srv
-    finally:
-        srv.stop()
+def server(vllm_server: VllmServer) -> VllmServer:
+    return vllm_server
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ docs/vllm.md), and only adapter outputs are compared.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from devharness.vllm import VllmServer, ensure_vllm_env
+from devharness.vllm import VllmServer
 from devharness.waiting import eventually
 from inference_agent.control.swap import Swapper
 from inference_agent.errors import AdapterRejected, VllmRefused, VllmUnavailable
@@ -33,15 +33,8 @@ BASE = "tiny-llama"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    log_path = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    srv = VllmServer(ensure_vllm_env(), tiny_model / "base", log_path, max_loras=4)
-    srv.start()
-    try:
-        srv.wait_ready(timeout=300)
-        yield srv
-    finally:
-        srv.stop()
+def server(vllm_server: VllmServer) -> VllmServer:
+    return vllm_server
 
 
 @pytest.fixture

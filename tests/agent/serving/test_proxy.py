@@ -8,7 +8,7 @@ and adapter requests never overlap (the CPU engine's batching bug, see docs/vllm
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -17,9 +17,8 @@ import pytest
 from devharness.registry import admin_headers, registry_settings
 from devharness.services import NatsService
 from devharness.tcp_pause import PausableTcpProxy
-from devharness.testbed import long_context_base
 from devharness.uploads import adapter_parts
-from devharness.vllm import VllmServer, ensure_vllm_env
+from devharness.vllm import VllmServer
 from devharness.waiting import eventually
 from inference_agent.node.registry_client import RegistryLink
 from loraplane.events import RouteRule, VersionRef
@@ -44,27 +43,14 @@ from tests.agent.proxy_harness import (
     running_agent,
     serve_asgi,
 )
+from tests.vllm_fixtures import SHARED_CONTEXT
 
 pytestmark = pytest.mark.vllm
-CONTEXT = 4096
+# The shared server's context: room for a stream that cannot end before its client
+# has gone.
+CONTEXT = SHARED_CONTEXT
 
 Versions = dict[str, tuple[VersionRef, Path]]
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-                ) -> Iterator[VllmServer]:
-    log_path = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    # Room for a stream that cannot end before its client has gone.
-    base = long_context_base(tiny_model, CONTEXT)
-    server = VllmServer(ensure_vllm_env(), base, log_path, max_loras=4,
-                        extra_args=("--max-model-len", str(CONTEXT)))
-    server.start()
-    try:
-        server.wait_ready(timeout=300)
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
