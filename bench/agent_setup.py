@@ -50,8 +50,10 @@ _MATERIALIZED = re.compile(r"inference_agent\.node\.materialize: materialized "
 @contextlib.contextmanager
 def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
                   agent_settings: Mapping[str, str] | None = None,
-                  max_model_len: int = 2048) -> Iterator[Testbed]:
-    """The one-host testbed (host ``a``); needs the vLLM venv (scripts/vllm/install.sh)."""
+                  max_model_len: int = 2048, hosts: Sequence[str] = ("a",)
+                  ) -> Iterator[Testbed]:
+    """The testbed, one host (``a``) unless ``hosts`` names more, each with its vLLM and
+    agent; needs the vLLM venv (scripts/vllm/install.sh)."""
     python = ensure_vllm_env()
     model = ensure_tiny_model(work / "tiny", python)
     with contextlib.ExitStack() as stack:
@@ -67,8 +69,8 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
         settings = {**QUIET_AGENT, **(agent_settings or {})}
         testbed = stack.enter_context(running_testbed(
             work / "testbed", model_dir=model, vllm_python=python, database_url=database.url,
-            nats=nats, s3=s3, hosts=("a",), max_loras=max_loras, max_loaded=max_loaded,
-            max_model_len=max_model_len, agent_settings={"a": settings}))
+            nats=nats, s3=s3, hosts=hosts, max_loras=max_loras, max_loaded=max_loaded,
+            max_model_len=max_model_len, agent_settings={h: settings for h in hosts}))
         yield testbed
 
 

@@ -121,6 +121,10 @@ class AgentMetrics:
         self.tier_seconds = Histogram("loraplane_agent_tier_transition_seconds",
                                       "Time each tier transition took", ["from", "to"],
                                       buckets=_STAGE_BUCKETS, registry=r)
+        self.owned_adapters = Gauge("loraplane_agent_owned_adapters",
+                                    "Adapters this agent owns by placement: kept_hot "
+                                    "(pinned), over_capacity (no slot left to pin them; "
+                                    "loaded on demand)", ["state"], registry=r)
 
     def count_failure(self, adapter: str, exc: AgentError) -> None:
         """Count ``exc`` in ``failures_total{adapter,code}``, once per exception."""

@@ -148,7 +148,7 @@ class Agent:
             base_model=s.base_model, registry=self.registry, routes=self.routes,
             swapper=self.swapper, cache=self.cache, queue=self.queue, metrics=self.metrics,
             max_attempts=s.max_attempts, pins=s.pin, prewarm=s.prewarm, local=self.watchdir,
-            on_change=self._changed, agent_id=s.agent_id)
+            on_change=self._changed, agent_id=s.agent_id, max_loaded=s.max_loaded)
         self.status = self._build_status()
         self.follower = (Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
                                   enqueue=self._event_key, metrics=self.metrics,

@@ -236,6 +236,8 @@ class TierEntry(_Frozen):
     version: int
     tier: Tier
     owned: bool = False
+    # Owned, but not kept hot: every slot this agent gives owned adapters is taken.
+    over_capacity: bool = False
 
 
 class AgentStatus(_Frozen):

@@ -98,6 +98,9 @@ def render_rollout(out: Output, rollout: RolloutOut) -> None:
         out.line(escape(f"placement: {rollout.replicas} replica(s), placed on "
                         f"{', '.join(rollout.placed) or '-'}; hot on "
                         f"{', '.join(rollout.hot) or '-'}"))
+        over = sorted({t.agent_id for t in rollout.tiers if t.over_capacity and not t.stale})
+        if over:
+            out.line(escape(f"over capacity (owned, loaded on demand) on {', '.join(over)}"))
     if rollout.unaliased:
         out.table(
             ("agent", "version", "state", "reason"),

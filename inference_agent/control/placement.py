@@ -7,6 +7,17 @@ pins it, so the swap loads a new version before the alias flips to it and LRU ne
 evicts it; every other agent still loads it at its first request, as before. An
 adapter without the setting is never pinned by placement (today's behaviour).
 
+An agent keeps at most ``slots`` owned adapters pinned: its ``--max-loaded`` minus one
+slot that stays free for on-demand loads, minus its ``--pin`` adapters. Pins are never
+evicted, so pinning more would leave no slot for anything else (every on-demand load,
+and every owned adapter past the limit, would answer 503 ``capacity_exhausted``) and
+retrying would not help: nothing frees a pinned slot. An owned adapter past the limit
+is *over capacity*: downloaded with each new version (warm) and loaded on demand like
+any other, logged once, reported in the status (``over_capacity``) and counted in
+``loraplane_agent_owned_adapters{state="over_capacity"}``. It is kept hot as soon as a
+slot frees (an owned adapter lost, deleted or unplaced), first come first served, so
+what is hot stays hot.
+
 The fleet is the registry's list of live agents, read with every desired-state
 snapshot (each periodic resync), so a join or a leave is seen within one resync
 interval plus the registry's staleness window. Losing an adapter only unpins it: it
@@ -17,9 +28,10 @@ ownership cost nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from inference_agent.metrics import AgentMetrics
 from loraplane.placement import owns
 
 log = logging.getLogger(__name__)
@@ -34,13 +46,22 @@ class Pins(Protocol):
 class Placement:
     """This agent's share of the placed adapters, applied as cache pins."""
 
-    def __init__(self, agent_id: str, pins: Pins, *, configured: Iterable[str] = ()) -> None:
+    def __init__(self, agent_id: str, pins: Pins, *, configured: Iterable[str] = (),
+                 slots: int | None = None, requeue: Callable[[str], None] | None = None,
+                 metrics: AgentMetrics | None = None) -> None:
+        """``slots``: how many owned adapters may be pinned (None: no limit).
+        ``requeue(adapter)`` asks for an adapter's reconcile: an over-capacity adapter's,
+        when a slot frees."""
         self.agent_id = agent_id
         self._pins = pins
-        # ``--pin`` adapters stay pinned whatever placement says.
+        self._requeue = requeue
+        self._metrics = metrics
+        # ``--pin`` adapters stay pinned whatever placement says, and take no slot here.
         self._configured = set(configured)
+        self.slots = slots
         self._fleet: tuple[str, ...] = ()
         self._owned: set[str] = set()
+        self._kept: set[str] = set()
         self.gained = 0
         self.lost = 0
 
@@ -54,23 +75,59 @@ class Placement:
     def owned(self) -> set[str]:
         return set(self._owned)
 
-    def is_owned(self, adapter: str) -> bool:
-        return adapter in self._owned
+    def kept(self) -> set[str]:
+        """Owned adapters pinned here."""
+        return set(self._kept)
+
+    def over_capacity(self) -> set[str]:
+        """Owned adapters not pinned for lack of slots: loaded on demand."""
+        return self._owned - self._kept
+
+    def has_room(self) -> bool:
+        return self.slots is None or len(self._kept - self._configured) < self.slots
 
     def place(self, adapter: str, replicas: int | None) -> bool:
-        """Recompute whether ``adapter`` (None: deleted or unplaced) is ours, pin or
-        unpin it if that changed, and return whether it is ours now."""
+        """Recompute whether ``adapter`` (None: deleted or unplaced) is ours, pin it if
+        ours and a slot is free, unpin it if no longer ours; whether it is kept hot."""
         mine = replicas is not None and owns(self.agent_id, self._fleet, adapter, replicas)
-        was = adapter in self._owned
-        if mine and not was:
+        if not mine:
+            if adapter in self._owned:
+                self._release(adapter)
+        elif adapter not in self._owned:
             self._owned.add(adapter)
-            self._pins.pin(adapter)
             self.gained += 1
+            self._keep(adapter, first=True)
+        elif adapter not in self._kept:
+            self._keep(adapter, first=False)
+        self._after_change(adapter)
+        return adapter in self._kept
+
+    def _after_change(self, adapter: str) -> None:
+        waiting = self.over_capacity() - {adapter}
+        if waiting and self.has_room() and self._requeue is not None:
+            for name in sorted(waiting):  # the first of them to run takes the slot
+                self._requeue(name)
+        if self._metrics is not None:
+            gauge = self._metrics.owned_adapters
+            gauge.labels(state="kept_hot").set(len(self._kept))
+            gauge.labels(state="over_capacity").set(len(self.over_capacity()))
+
+    def _keep(self, adapter: str, *, first: bool) -> None:
+        if adapter in self._configured or self.has_room():
+            self._kept.add(adapter)
+            self._pins.pin(adapter)
             log.info("placement: %s is now kept hot here", adapter)
-        elif was and not mine:
-            self._owned.discard(adapter)
+        elif first:
+            log.warning("placement: %s is owned here but all %d slot(s) for owned adapters "
+                        "are taken (--max-loaded less one for on-demand loads and the "
+                        "--pin adapters); it loads on demand until one frees", adapter,
+                        self.slots or 0)
+
+    def _release(self, adapter: str) -> None:
+        self._owned.discard(adapter)
+        if adapter in self._kept:
+            self._kept.discard(adapter)
             if adapter not in self._configured:
                 self._pins.unpin(adapter)
-            self.lost += 1
-            log.info("placement: %s moved to other agents; loaded on demand here", adapter)
-        return mine
+        self.lost += 1
+        log.info("placement: %s moved to other agents; loaded on demand here", adapter)

@@ -96,8 +96,10 @@ class Reconciler:
                  queue: WorkQueue[str], metrics: AgentMetrics, max_attempts: int,
                  pins: Iterable[str] = (), prewarm: Iterable[str] = (),
                  local: LocalSource | None = None,
-                 on_change: Callable[[], None] | None = None, agent_id: str = "") -> None:
-        """``registry`` None: only the watched folder (``local``) is desired."""
+                 on_change: Callable[[], None] | None = None, agent_id: str = "",
+                 max_loaded: int | None = None) -> None:
+        """``registry`` None: only the watched folder (``local``) is desired.
+        ``max_loaded`` (the cache's capacity) bounds what placement pins."""
         self.base_model = base_model
         self._registry = registry
         self._routes = routes  # read only: the swapper writes it
@@ -115,8 +117,11 @@ class Reconciler:
         self._generation: dict[str, int] = {}
         self._pending: dict[tuple[str, str], int | None] = {}
         self.last_snapshot: DesiredState | None = None
-        self.placement = Placement(agent_id, cache,
-                                   configured=(p.partition("@")[0] for p in self._pins))
+        configured = {p.partition("@")[0] for p in self._pins}
+        # One slot stays free for on-demand loads (see control/placement.py).
+        slots = None if max_loaded is None else max(0, max_loaded - 1 - len(configured))
+        self.placement = Placement(agent_id, cache, configured=configured, slots=slots,
+                                   requeue=queue.add, metrics=metrics)
 
     # --- intake and views -------------------------------------------------------------
 
@@ -203,12 +208,13 @@ class Reconciler:
         return self._registry
 
     async def warm(self, specs: Iterable[str] | None = None, *,
-                   only_routed: bool = False) -> None:
+                   only_routed: bool = False) -> list[AgentError]:
         """Load what ``specs`` (``name``, ``name@alias``, ``name@7``) route to now.
 
         With no argument: the pinned and pre-warmed adapters, as at start-up. A failure
-        is logged and counted; the adapter then loads at its first request.
+        is logged, counted and returned; the adapter then loads at its first request.
         """
+        errors: list[AgentError] = []
         for spec in (self._pins + self._prewarm) if specs is None else specs:
             ref = self._resolve_spec(spec)
             if ref is None:
@@ -220,6 +226,8 @@ class Reconciler:
             except AgentError as exc:
                 self._metrics.count_failure(ref.adapter, exc)
                 log.warning("warming %s@%d failed: %s", ref.adapter, ref.version, exc.message)
+                errors.append(exc)
+        return errors
 
     def _resolve_spec(self, spec: str) -> VersionRef | None:
         parsed = parse_model_ref(spec)
@@ -254,7 +262,7 @@ class Reconciler:
             # routed without its tenant known.
             self._swapper.set_owner(adapter, desired.tenant)
         # Before any move: an owner's new version loads before the alias flips to it.
-        owned = self.placement.place(adapter, desired.replicas if desired else None)
+        kept = self.placement.place(adapter, desired.replicas if desired else None)
         outcomes = [await self._move(adapter, alias, revision + 1, None)
                     for alias, (revision, ref) in sorted(held.items())
                     if ref is not None and alias not in want]
@@ -265,8 +273,13 @@ class Reconciler:
             self._swapper.drop_adapter(adapter)
         self._failures.keep_only(adapter, [(a.target.version, a.target.digest)
                                            for a in want.values()])
-        if owned:
-            await self.warm([f"{adapter}@{alias}" for alias in sorted(want)], only_routed=True)
+        if kept:
+            errors = await self.warm([f"{adapter}@{alias}" for alias in sorted(want)],
+                                     only_routed=True)
+            # vLLM down, or every slot busy with requests in flight: kept hot means the
+            # load is retried with this key's backoff, not left to the first request.
+            outcome = _combine([outcome, *(Retry(reason=e.message) for e in errors
+                                           if e.retryable)])
         return outcome
 
     async def _desired_adapter(self, adapter: str) -> DesiredAdapter | None:

@@ -41,9 +41,11 @@ class DiskTier(Protocol):
 class Owned(Protocol):
     def owned(self) -> set[str]: ...
 
+    def over_capacity(self) -> set[str]: ...
+
 
 def tier_entries(*, routes: RouteTable, loaded: Iterable[str], on_disk: set[tuple[str, int]],
-                 owned: set[str]) -> list[TierEntry]:
+                 owned: set[str], over_capacity: set[str] | None = None) -> list[TierEntry]:
     """Every version routed, loaded or on disk here, with its tier: hot (loaded in
     vLLM), warm (on disk), cold (routed but only in the blob store)."""
     hot = {parts for name in loaded if (parts := _split(name)) is not None}
@@ -54,7 +56,8 @@ def tier_entries(*, routes: RouteTable, loaded: Iterable[str], on_disk: set[tupl
         tier: Tier = ("hot" if (adapter, version) in hot
                       else "warm" if (adapter, version) in on_disk else "cold")
         entries.append(TierEntry(adapter=adapter, version=version, tier=tier,
-                                 owned=adapter in owned))
+                                 owned=adapter in owned,
+                                 over_capacity=adapter in (over_capacity or set())))
     return entries[:MAX_ENTRIES]
 
 
@@ -151,7 +154,9 @@ class StatusReporter:
         loaded = self._cache.loaded_names()
         tiers = tier_entries(routes=self._routes, loaded=loaded,
                              on_disk=self._disk.on_disk() if self._disk else set(),
-                             owned=self._owned.owned() if self._owned else set())
+                             owned=self._owned.owned() if self._owned else set(),
+                             over_capacity=(self._owned.over_capacity() if self._owned
+                                            else set()))
         return build_status(agent_id=self.agent_id, base_model=self.base_model,
                             routes=self._routes, loaded=loaded,
                             draining=self._swapper.draining(), pending=pending,

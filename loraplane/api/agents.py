@@ -73,6 +73,9 @@ class TierOut(BaseModel):
     version: int
     tier: Tier
     owned: bool
+    over_capacity: bool = Field(
+        default=False, description="owned, but not kept hot: the agent's slots for owned "
+                                   "adapters are full, so it loads this one on demand")
     stale: bool
 
 

@@ -123,7 +123,8 @@ def tier_entries(reports: list[AgentReport], adapter: str) -> list[TierOut]:
             out += [TierOut(agent_id=report.agent_id, version=v, tier="hot", owned=False,
                             stale=report.stale) for v in hot]
         out += [TierOut(agent_id=report.agent_id, version=t.version, tier=t.tier,
-                        owned=t.owned, stale=report.stale) for t in listed]
+                        owned=t.owned, over_capacity=t.over_capacity, stale=report.stale)
+                for t in listed]
     return out
 
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devharness.registry import RegistryHarness
 from devharness.services import NatsService
 from devharness.vllm import VllmServer
 from devharness.waiting import eventually
@@ -31,7 +32,8 @@ MOVED = {"requests", "request_errors", "request_seconds", "cache_hits", "cache_m
          "cache_evictions", "stage_seconds", "event_delay_seconds", "versions_loaded",
          "downloaded_bytes", "swaps", "failures", "process_resident_memory_bytes",
          "time_to_first_token_seconds", "tokens", "adapter_load_seconds",
-         "loaded_adapter_bytes", "swap_seconds", "tier_transitions", "tier_transition_seconds"}
+         "loaded_adapter_bytes", "swap_seconds", "tier_transitions", "tier_transition_seconds",
+         "owned_adapters"}
 WARM_HOT = {"from": "warm", "to": "hot"}
 
 
@@ -93,6 +95,7 @@ async def test_every_agent_metric_moves(tmp_path: Path, nats: NatsService, tiny_
         async with httpx.AsyncClient(base_url=agent.url, timeout=60, headers={
                 "Authorization": f"Bearer {secret}"}) as client:
             await _moves(Scrape(client), client, reg.publish, adapters)
+            await _placement(Scrape(client), reg.harness)
         agent.stop()
         await asyncio.wait_for(run, 30)
 
@@ -170,3 +173,18 @@ async def _swaps_and_failures(read: Scrape, client: httpx.AsyncClient, publish: 
         return await read("failures_total", adapter="third", code="rank_too_large") >= 1
 
     await eventually(failed, timeout_s=60, what="the refused version counted")
+
+
+async def _placement(read: Scrape, harness: RegistryHarness) -> None:
+    """Two adapters placed on this agent alone: ``--max-loaded 2`` keeps one slot for
+    on-demand loads, so one is kept hot and the other is over capacity."""
+    for name in ("bot", "cold"):
+        response = await harness.client.patch(f"/v1/adapters/{name}", json={"replicas": 1},
+                                              headers=harness.admin_headers)
+        assert response.status_code == 200, response.text
+
+    async def placed() -> bool:
+        return (await read("owned_adapters", state="kept_hot") == 1
+                and await read("owned_adapters", state="over_capacity") == 1)
+
+    await eventually(placed, timeout_s=60, what="one owned adapter kept hot, one over capacity")

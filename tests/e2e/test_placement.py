@@ -5,8 +5,10 @@ counts the tier transitions.
 
 agent-b learns of the adapter and of its placement from events only (it practically
 never resyncs), so this also shows the placement travelling with the event stream.
-Then agent-b leaves: agent-a takes over exactly agent-b's adapters, and loads nothing
-else (vLLM's own log counts the loads and unloads).
+Then agent-b leaves: agent-a owns every adapter, keeps hot what its slots allow (one of
+them stays over capacity, shown in the fleet view) and loads nothing else; then agent-b
+joins again and takes over exactly the adapters rendezvous hashing gives it, while
+agent-a loads and unloads nothing (vLLM's own logs count the loads and unloads).
 """
 
 from __future__ import annotations
@@ -97,12 +99,14 @@ def _unload_requests(testbed: Testbed, host: str) -> int:
 
 
 def _names(unique: str) -> tuple[list[str], list[str]]:
-    """Adapter names that rendezvous hashing places one on agent-a and two on agent-b
-    (three fit agent-a's three slots once agent-b is gone)."""
+    """Adapter names that rendezvous hashing places one on agent-a and two on agent-b.
+
+    Alone, agent-a owns all three but has slots for two (``--max-loaded 3``, one slot kept
+    for on-demand loads): one of agent-b's is over capacity there."""
     on_a: list[str] = []
     on_b: list[str] = []
     for i in range(100):
-        name = f"leave-{unique}-{i}"
+        name = f"move-{unique}-{i}"
         owner = owners(["agent-a", "agent-b"], name, 1)[0]
         (on_a if owner == "agent-a" else on_b).append(name)
         if len(on_a) >= 1 and len(on_b) >= 2:
@@ -110,39 +114,95 @@ def _names(unique: str) -> tuple[list[str], list[str]]:
     raise AssertionError("no such names in 100 tries")
 
 
-async def test_an_agent_leaving_moves_only_the_adapters_it_owned(
+class Fleet:
+    """The rollouts of the test's adapters, as the registry's fleet view shows them."""
+
+    def __init__(self, api: AsyncRegistryClient, names: list[str]) -> None:
+        self.api = api
+        self.names = names
+
+    async def rollouts(self) -> dict[str, RolloutOut]:
+        return {name: await self.api.rollout(name) for name in self.names}
+
+    async def placed(self, expected: dict[str, str]) -> dict[str, RolloutOut] | None:
+        """The rollouts once each adapter is placed on its expected owner, else None."""
+        rollouts = await self.rollouts()
+        ok = all(rollouts[n].placed == [owner] for n, owner in expected.items())
+        return rollouts if ok else None
+
+
+def _over_capacity(rollout: RolloutOut) -> set[str]:
+    return {t.agent_id for t in rollout.tiers if t.over_capacity and not t.stale}
+
+
+async def test_an_agent_leaving_and_joining_moves_only_the_adapters_whose_owners_change(
         testbed: Testbed, api: AsyncRegistryClient, unique: str,
         agent_b_variant: AgentVariant) -> None:
     on_a, on_b = _names(unique)
+    fleet = Fleet(api, on_a + on_b)
+    together = {**dict.fromkeys(on_a, "agent-a"), **dict.fromkeys(on_b, "agent-b")}
     try:
         for name in on_a + on_b:
             await api.create_adapter(name, testbed.base_model, tenant="e2e", replicas=1)
             await publish(api, name, testbed.adapter_dir("a1"))
 
-        async def placed_on(names: list[str], agent_id: str) -> bool:
-            rollouts = [await api.rollout(name) for name in names]
-            return all(r.placed == [agent_id] and agent_id in r.hot for r in rollouts)
-
         async def settled() -> bool:
-            return (await placed_on(on_a, "agent-a")) and await placed_on(on_b, "agent-b")
+            rollouts = await fleet.placed(together)
+            return rollouts is not None and all(
+                together[n] in r.hot for n, r in rollouts.items())
 
         await eventually(settled, timeout_s=120, retrying=RETRY_OVER_HTTP,
                          what="each adapter hot on its owner")
-        loads, unloads = testbed.vllms["a"].load_requests(), _unload_requests(testbed, "a")
-        testbed.agents["b"].stop()
-
-        async def taken_over() -> bool:
-            return await placed_on(on_a + on_b, "agent-a")
-
-        # agent-b goes stale after the registry's 90 s; agent-a resyncs every 3 s.
-        await eventually(taken_over, timeout_s=240, retrying=RETRY_OVER_HTTP,
-                         what="agent-a owning and loading agent-b's adapters")
-        models = await vllm_models(testbed.vllms["a"].url)
-        assert {f"{n}@1" for n in on_a + on_b} <= models
-        # Exactly agent-b's adapters loaded on agent-a; what agent-a owned stayed put.
-        assert testbed.vllms["a"].load_requests() == loads + len(on_b)
-        assert _unload_requests(testbed, "a") == unloads
+        await _leave(testbed, fleet, on_a, on_b)
+        await _join(testbed, fleet, together, on_b)
     finally:
         for name in on_a + on_b:
             with contextlib.suppress(NotFound):  # a failure before it was made
                 await api.delete_adapter(name)
+
+
+async def _leave(testbed: Testbed, fleet: Fleet, on_a: list[str], on_b: list[str]) -> None:
+    """agent-b leaves: agent-a owns all three, keeps one of agent-b's hot (its last free
+    slot for owned adapters) and reports the other over capacity; it loads nothing else."""
+    loads = testbed.vllms["a"].load_requests()
+    testbed.agents["b"].stop()
+    alone = dict.fromkeys(on_a + on_b, "agent-a")
+
+    async def taken_over() -> dict[str, RolloutOut] | None:
+        rollouts = await fleet.placed(alone)
+        if rollouts is None:
+            return None
+        over = [n for n in on_b if "agent-a" in _over_capacity(rollouts[n])]
+        hot = [n for n in on_a + on_b if "agent-a" in rollouts[n].hot]
+        return rollouts if len(over) == 1 and len(hot) == 2 else None
+
+    # agent-b goes stale after the registry's 90 s; agent-a resyncs every 3 s.
+    rollouts = await eventually(taken_over, timeout_s=240, retrying=RETRY_OVER_HTTP,
+                                what="agent-a owning all three, one over capacity")
+    kept = [n for n in on_b if "agent-a" in rollouts[n].hot]
+    models = await vllm_models(testbed.vllms["a"].url)
+    assert {f"{n}@1" for n in on_a + kept} <= models, models
+    # One load on agent-a: the one of agent-b's adapters that it had a slot for.
+    assert testbed.vllms["a"].load_requests() == loads + 1
+
+
+async def _join(testbed: Testbed, fleet: Fleet, together: dict[str, str],
+                on_b: list[str]) -> None:
+    """agent-b joins again: it takes over exactly the adapters rendezvous hashing gives
+    it (its own two), loading each once; agent-a loads nothing and lets them go."""
+    loads_a, loads_b = (testbed.vllms[h].load_requests() for h in ("a", "b"))
+    unloads_a = _unload_requests(testbed, "a")
+    testbed.agents["b"].restart()
+
+    async def rejoined() -> bool:
+        rollouts = await fleet.placed(together)
+        return rollouts is not None and all(
+            together[n] in r.hot and not _over_capacity(r) for n, r in rollouts.items())
+
+    await eventually(rejoined, timeout_s=120, retrying=RETRY_OVER_HTTP,
+                     what="agent-b owning and loading its adapters again")
+    assert {f"{n}@1" for n in on_b} <= await vllm_models(testbed.vllms["b"].url)
+    assert testbed.vllms["b"].load_requests() == loads_b + len(on_b)
+    # agent-a only unpins what moved: no load, no unload.
+    assert testbed.vllms["a"].load_requests() == loads_a
+    assert _unload_requests(testbed, "a") == unloads_a
