@@ -16,7 +16,6 @@ response after resolution carries ``X-Loraplane-Adapter``. Refusals are OpenAI-s
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -35,6 +34,7 @@ from inference_agent.node.cache import AdapterCache
 from inference_agent.node.registry_client import RegistryLink
 from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.calls import ProxyCall
+from inference_agent.serving.json_body import encode_body, parse_body
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from inference_agent.serving.openai_errors import (
@@ -113,7 +113,7 @@ class Proxy:
         tenant = self.keys.tenant_for(request.headers.get("authorization"))
         if isinstance(tenant, ProxyError):
             return _refuse(call, tenant)
-        parsed = _json_body(await request.body())
+        parsed = parse_body(await request.body())
         if isinstance(parsed, ProxyError):
             return _refuse(call, parsed)
         body, exact = parsed
@@ -127,7 +127,7 @@ class Proxy:
         except AgentError as exc:
             return _refuse(call, from_agent_error(exc))
         body["model"] = target.model_name
-        payload = _encode(body, exact)
+        payload = encode_body(body, exact)
         if isinstance(payload, ProxyError):
             return _refuse(call, payload)
         return await self._forward(path, payload, request.headers, target, call)
@@ -258,36 +258,6 @@ def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
 def _passthrough(headers: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name in _PASSTHROUGH_HEADERS
             if (value := headers.get(name)) is not None}
-
-
-def _json_body(raw: bytes) -> tuple[dict[str, Any], bool] | ProxyError:
-    """The request's JSON object, and whether orjson read it (then it writes it back
-    exactly). What orjson refuses but the standard library reads (integers beyond 64
-    bits, NaN, lone surrogates) is read and written by the standard library, as before."""
-    exact = True
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        exact = False
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return bad_request(f"the request body is not valid JSON: {exc}",
-                               code="invalid_json")
-    if not isinstance(body, dict):
-        return bad_request("the request body must be a JSON object", code="invalid_json")
-    return body, exact
-
-
-def _encode(body: dict[str, Any], exact: bool) -> bytes | ProxyError:
-    if exact:
-        return orjson.dumps(body)
-    try:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":"),
-                          allow_nan=False).encode()
-    except ValueError as exc:  # NaN or Infinity, a lone surrogate: vLLM reads neither
-        return bad_request(f"the request body cannot be passed on as JSON: {exc}",
-                           code="invalid_json")
 
 
 def _model_entry(model_id: str, created: int, parent: str | None, root: str
