@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bench.agent_setup import ADAPTER, BASE_MODEL, MachineLoad, bench_testbed, wait_served
 from bench.common import GaugeSampler, cpu_seconds, git_commit, write_json
 from bench.proxy_stats import DIRECT, Window, render, summarize
@@ -120,9 +122,15 @@ async def run_window(target: Target, work: Workload, window: Window,
             prompt = work.prompts[turn % len(work.prompts)]
             turn += window.concurrency
             sent, first = time.perf_counter(), Stamp()
-            result = await _one(target, prompt, work, first)
+            try:
+                result = await _one(target, prompt, work, first)
+            except httpx.TransportError as exc:
+                # Counted, not fatal: a keep-alive connection the server closed as it
+                # was reused (uvicorn's 5 s idle timeout, on any path) ends up here.
+                window.failed.append(f"{target.name}: {exc!r}")
+                continue
             if not result.ok or result.finish_reason not in ("length", "done"):
-                window.failed.append(str(result))
+                window.failed.append(f"{target.name}: {result}")
                 continue
             window.latencies.append(time.perf_counter() - sent)
             if first.at is not None:
