@@ -20,6 +20,10 @@ from inference_agent.serving.openai_errors import ProxyError, vllm_unreachable
 
 # What a caller may catch from an upstream response while it reads the body.
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError)
+# vLLM's server closes a connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); one kept
+# longer here may be reused just as vLLM closes it, and that request fails. aiohttp's
+# default is 15 s: the benchmark saw those failures after its pauses.
+KEEPALIVE_S = 3.0
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -47,7 +51,8 @@ class Upstream:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             # vLLM batches many concurrent requests; the pool must not be the bottleneck.
-            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0)
+            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0,
+                                             keepalive_timeout=KEEPALIVE_S)
             # auto_decompress off: bytes go back to the client as vLLM sent them.
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=self._timeout, auto_decompress=False,
