@@ -93,6 +93,15 @@ def _per_round(mine: list[Window], base: list[Window]) -> tuple[list[float], lis
     return ratios, added
 
 
+def rps_ratio_rounds(cell: list[Window], mine: str, base: str) -> list[float]:
+    """Per round: requests per second of path ``mine`` over path ``base``."""
+    rates: dict[int, dict[str, float]] = {}
+    for window in cell:
+        if window.target in (mine, base) and window.seconds > 0:
+            rates.setdefault(window.round, {})[window.target] = window.rps
+    return [r[mine] / r[base] for r in rates.values() if r.get(base) and mine in r]
+
+
 def cell_row(cell: list[Window], agent: str) -> dict[str, Any]:
     """One path through an agent against vLLM directly, in one cell."""
     base_windows = [w for w in cell if w.target == DIRECT]
@@ -100,6 +109,8 @@ def cell_row(cell: list[Window], agent: str) -> dict[str, Any]:
     base, mine = _pooled(base_windows), _pooled(mine_windows)
     ratios, added = _per_round(mine_windows, base_windows)
     ratio, ratio_ci = mean_ci(ratios)
+    # An agent of another commit (--also-commit): the current agent against it.
+    current = rps_ratio_rounds(cell, "agent", agent) if "@" in agent else []
     added_p50, added_ci = mean_ci(added)
     # "agent (rule)" is the same process as "agent".
     process = agent.split(" ", maxsplit=1)[0]
@@ -112,6 +123,7 @@ def cell_row(cell: list[Window], agent: str) -> dict[str, Any]:
         "rps_ratio_mean": ratio, "rps_ratio_ci95": ratio_ci,
         "rps_ratio_pooled": mine["rps"] / base["rps"],
         "rps_ratio_per_round": ratios,
+        "current_agent_rps_ratio": mean_ci(current) if current else None,
         "p50_ms": mine["p50"], "vllm_p50_ms": base["p50"],
         "p50_added_ms": mine["p50"] - base["p50"],
         "p50_added_per_round_mean_ms": added_p50, "p50_added_per_round_ci95_ms": added_ci,
@@ -155,9 +167,14 @@ def render(rows: list[dict[str, Any]]) -> str:
                                                if r["first_chunk_p50_ms"] else ""),
              f"{r['agent_cpu_ms_per_request']:.2f} / {r['agent_cpu_ms_per_request_net']:.2f}",
              "/".join(map(str, r["requests"])), "/".join(map(str, r["failed"])),
-             r["max_distinct_outputs_per_prompt"]] for r in rows]
+             r["max_distinct_outputs_per_prompt"], _vs_current(r)] for r in rows]
     return table(["workload", "clients", "via", "rounds", "req/s (vLLM)",
                   "req/s ratio, mean ± 95% CI", "per round", "p50 ms (vLLM)",
                   "p50 added ms", "p50 added per round ms", "p99 ms (vLLM)", "p99 added ms",
                   "1st chunk p50 (vLLM)", "agent CPU ms/req (net of idle)", "requests",
-                  "failed", "outputs/prompt"], body)
+                  "failed", "outputs/prompt", "agent / this, req/s"], body)
+
+
+def _vs_current(row: dict[str, Any]) -> str:
+    ratio = row["current_agent_rps_ratio"]
+    return "" if ratio is None else f"{ratio[0]:.3f} ± {ratio[1]:.3f}"

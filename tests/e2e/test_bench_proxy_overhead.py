@@ -49,6 +49,8 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
         # CPU time has 10 ms ticks: a window this short may show none, never less.
         assert row["rps_ratio_mean"] > 0 and row["agent_cpu_ms_per_request"] >= 0, row
         assert (row["first_chunk_p50_ms"] is not None) == (row["workload"] == "long-streamed")
+        # The other commit's agent is also compared with the current one, round by round.
+        assert (row["current_agent_rps_ratio"] is not None) == ("@" in row["target"]), row
     assert len(document["commit"]["commit"]) == 40
     assert document["machine"]["cpus"] and "cpu_busy_share" in document["machine"]
     table = render(rows)
