@@ -22,6 +22,17 @@ def _git(*args: str) -> str:
                           check=True).stdout.strip()
 
 
+def archive(rev: str, work: Path) -> tuple[str, Path]:
+    """The files of commit ``rev`` in ``work``/src (``git archive``): (commit, folder)."""
+    commit = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    source = work / "src"
+    source.mkdir(parents=True, exist_ok=True)
+    tar = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True,
+                         check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(source)], input=tar, check=True)
+    return commit, source
+
+
 class CommitAgentProcess(AgentProcess):
     """``loraplane agent`` run from the source of one commit (``git archive``), in this
     environment: the same dependencies, another version of the project's code."""
@@ -34,12 +45,7 @@ class CommitAgentProcess(AgentProcess):
     @classmethod
     def beside(cls, agent: AgentProcess, rev: str, work: Path) -> CommitAgentProcess:
         """A second agent on ``agent``'s vLLM and registry, with its own id and cache."""
-        commit = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
-        source = work / "src"
-        source.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+        commit, source = archive(rev, work)
         spec = agent.variant(agent_id=f"{agent.agent_id}-{commit[:10]}",
                              cache_dir=work / "cache")
         return cls(spec, work, source, commit)
