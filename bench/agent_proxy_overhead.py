@@ -43,7 +43,7 @@ import httpx
 
 from bench.agent_setup import ADAPTER, BASE_MODEL, MachineLoad, bench_testbed, wait_served
 from bench.common import GaugeSampler, cpu_seconds, git_commit, write_json
-from bench.proxy_stats import DIRECT, Window, render, summarize
+from bench.proxy_stats import DIRECT, Window, commit_line, render, summarize
 from bench.proxy_variants import CommitAgentProcess, profile_agent
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
 from devharness.testbed import E2E_TENANT, AgentProcess, Testbed
@@ -313,9 +313,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(render(document["rows"]))
-    commit = document["commit"]
-    print(f"commit {commit['commit']}{' (dirty)' if commit['dirty'] else ''}; agent log "
-          f"level {args.agent_log_level}; machine: {document['machine']}")
+    print(commit_line(document, f"agent log level {args.agent_log_level}"))
     write_json(document, args.json_out)
     return document
 

@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.requests < 1 or args.rounds < 1:
         parser.error("--requests and --rounds must be positive")
     from bench.common import write_json  # noqa: PLC0415
+    from bench.proxy_stats import commit_line  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="lp-bench-proxy-cpu-") as work:
         result = measure(args, Path(work))
@@ -198,9 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if key.startswith("ratio_to_"):
             print(f"{key.removeprefix('ratio_to_')} / proxy, CPU per request: "
                   f"{value[0]:.2f} ± {value[1]:.2f} (mean ± 95% CI over rounds)")
-    commit = result["commit"]
-    print(f"commit {commit['commit']}{' (dirty)' if commit['dirty'] else ''}; "
-          f"machine: {result['machine']}")
+    print(commit_line(result))
     write_json(result, args.json_out)
     return result
 

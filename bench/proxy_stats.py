@@ -178,3 +178,11 @@ def render(rows: list[dict[str, Any]]) -> str:
 def _vs_current(row: dict[str, Any]) -> str:
     ratio = row["current_agent_rps_ratio"]
     return "" if ratio is None else f"{ratio[0]:.3f} ± {ratio[1]:.3f}"
+
+
+def commit_line(document: dict[str, Any], *extra: str) -> str:
+    """The line a proxy benchmark ends with: the commit it measured, and the machine."""
+    commit = document["commit"]
+    parts = [f"commit {commit['commit']}{' (dirty)' if commit['dirty'] else ''}", *extra,
+             f"machine: {document['machine']}"]
+    return "; ".join(parts)
