@@ -132,7 +132,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from devharness.processes import http_probe  # noqa: PLC0415
     from loraplane.netutil import free_port  # noqa: PLC0415
 
-    commit = git_commit()  # before anything runs: what is measured is this
+    measured = git_commit()  # before anything runs: what is measured is this
     upstream_port = free_port()
     sources: dict[str, Path | None] = {"proxy": None}
     if args.also_commit is not None:
@@ -159,7 +159,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     finally:
         for process in reversed(processes):
             process.stop(10)
-    result: dict[str, Any] = {"benchmark": "proxy_cpu", "commit": commit,
+    result: dict[str, Any] = {"benchmark": "proxy_cpu", "commit": measured,
                               "machine": load.summary, "requests": args.requests,
                               "cpu_ms_per_request": {n: [x * 1000 for x in v]
                                                      for n, v in per_request.items()}}
