@@ -170,16 +170,16 @@ class Proxy:
     async def _pass_back(self, upstream: aiohttp.ClientResponse, call: ProxyCall
                          ) -> Response:
         headers = {**call.headers(), **_passthrough(upstream.headers)}
-        if upstream.ok and _is_event_stream(upstream):
+        success = 200 <= upstream.status < 300
+        if success and _is_event_stream(upstream):
             return UpstreamStream(upstream, headers, call.done, call.chunk)
         try:
+            # read() closes the connection itself if it fails or is cancelled.
             content = await upstream.read()
         except UPSTREAM_ERRORS as exc:
-            upstream.close()
             return _refuse(call, upstream_error(exc))
-        upstream.release()
         call.body(content)
-        call.done(upstream.status, None if upstream.ok else f"vllm_{upstream.status}")
+        call.done(upstream.status, None if success else f"vllm_{upstream.status}")
         return Response(content, status_code=upstream.status, headers=headers,
                         media_type=upstream.headers.get("content-type"))
 
