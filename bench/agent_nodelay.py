@@ -5,8 +5,9 @@ is 0, so asyncio's transports skip TCP_NODELAY on the connections it accepts (as
 only sets it when ``sock.proto == IPPROTO_TCP``). A response written in two pieces
 (headers, then body) then waits for the client's delayed ACK. Setting the option on
 the listening socket (Linux copies it to accepted sockets) is the proposed fix in
-``inference_agent/service.py``; this wrapper lets ``bench.agent_proxy_overhead
---agent-tcp-nodelay`` measure it before it lands.
+``inference_agent/service.py``, where it has since landed; this wrapper let the
+benchmarks measure it before it did (``bench.agent_publish_to_served
+--agent-tcp-nodelay`` still takes it, a no-op now).
 
     python -m bench.agent_nodelay agent --agent-id ... (the arguments of ``loraplane``)
 """

@@ -85,6 +85,8 @@ def load_settings(
 def run_agent(settings: AgentSettings) -> None:
     """Run the agent until SIGTERM or SIGINT; a failed start is an ``AgentStartError``."""
     # Imported only here: the rest of the CLI must not pay for uvicorn, nats and httpx.
+    import uvloop  # noqa: PLC0415
+
     from inference_agent.errors import AgentError  # noqa: PLC0415
     from inference_agent.service import Agent, AgentConfigError  # noqa: PLC0415
 
@@ -93,7 +95,9 @@ def run_agent(settings: AgentSettings) -> None:
     )
     try:
         agent = Agent(settings)
-        asyncio.run(agent.run())
+        # uvloop: the proxy spends less of its CPU per request in the event loop itself.
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(agent.run())
     except AgentConfigError as exc:
         raise BadAgentSettings(str(exc)) from None
     except AgentError as exc:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from inference_agent.metrics import AgentMetrics
 from inference_agent.serving.leases import Lease
@@ -21,8 +22,8 @@ _MAX_PARTIAL = 1024 * 1024
 
 def _json(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
-    except ValueError:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None
 
 

@@ -16,12 +16,12 @@ response after resolution carries ``X-Loraplane-Adapter``. Refusals are OpenAI-s
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-import httpx
+import aiohttp
+import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -34,6 +34,7 @@ from inference_agent.node.cache import AdapterCache
 from inference_agent.node.registry_client import RegistryLink
 from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.calls import ProxyCall
+from inference_agent.serving.json_body import encode_body, parse_body
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from inference_agent.serving.openai_errors import (
@@ -41,10 +42,10 @@ from inference_agent.serving.openai_errors import (
     bad_request,
     from_agent_error,
     shutting_down,
-    vllm_unreachable,
 )
 from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
 from inference_agent.serving.streams import Inflight, InflightMiddleware, UpstreamStream
+from inference_agent.serving.upstream import UPSTREAM_ERRORS, Upstream, upstream_error
 from inference_agent.serving.version_lookup import VersionLookup
 from loraplane.naming import DEFAULT_ALIAS
 
@@ -69,7 +70,7 @@ class Proxy:
     """The request handlers; one instance per app, holding the agent's parts."""
 
     def __init__(self, *, routes: RouteTable, cache: AdapterCache, leases: Leases,
-                 metrics: AgentMetrics, http: httpx.AsyncClient, base_model: str,
+                 metrics: AgentMetrics, upstream: Upstream, base_model: str,
                  registry: RegistryLink | None, keys: InferenceKeys,
                  draining: Callable[[], bool], ready: Callable[[], bool],
                  request_resync: Callable[[], None],
@@ -81,7 +82,7 @@ class Proxy:
         self.cache = cache
         self.leases = leases
         self.metrics = metrics
-        self.http = http
+        self.upstream = upstream
         self.base_model = base_model
         self.versions = VersionLookup(registry, base_model)
         self.draining = draining
@@ -112,9 +113,10 @@ class Proxy:
         tenant = self.keys.tenant_for(request.headers.get("authorization"))
         if isinstance(tenant, ProxyError):
             return _refuse(call, tenant)
-        body = await _json_body(request)
-        if isinstance(body, ProxyError):
-            return _refuse(call, body)
+        parsed = parse_body(await request.body())
+        if isinstance(parsed, ProxyError):
+            return _refuse(call, parsed)
+        body, exact = parsed
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             return _refuse(call, bad_request("`model` must be a string", param="model"))
@@ -124,7 +126,10 @@ class Proxy:
                 await self.cache.ensure_active(target.ref)
         except AgentError as exc:
             return _refuse(call, from_agent_error(exc))
-        payload = {**body, "model": target.model_name}
+        body["model"] = target.model_name
+        payload = encode_body(body, exact)
+        if isinstance(payload, ProxyError):
+            return _refuse(call, payload)
         return await self._forward(path, payload, request.headers, target, call)
 
     async def _route(self, model: str | None, headers: Mapping[str, str], tenant: str,
@@ -139,51 +144,43 @@ class Proxy:
         call.bind(resolved, lease)
         return resolved
 
-    async def _forward(self, path: str, payload: dict[str, Any],
+    async def _forward(self, path: str, payload: bytes,
                        client_headers: Mapping[str, str], target: Target,
                        call: ProxyCall) -> Response:
-        upstream = await self._send(path, payload, client_headers)
-        if (isinstance(upstream, httpx.Response) and upstream.status_code == 404
+        headers = _passthrough(client_headers)
+        upstream = await self.upstream.post(path, payload, headers)
+        if (isinstance(upstream, aiohttp.ClientResponse) and upstream.status == 404
                 and target.ref is not None):
             # vLLM lost a version the cache believes loaded (vLLM restarted, or someone
             # unloaded it by hand). Load it again and try once more rather than fail
             # every request until the periodic resync notices; what else vLLM lost is
             # the control loop's to find, not this request's.
-            await upstream.aclose()
+            upstream.close()
             self.cache.mark_lost(target.model_name)
             self.request_resync()
             try:
                 await self.cache.ensure_active(target.ref)
             except AgentError as exc:
                 return _refuse(call, from_agent_error(exc))
-            upstream = await self._send(path, payload, client_headers)
+            upstream = await self.upstream.post(path, payload, headers)
         if isinstance(upstream, ProxyError):
             return _refuse(call, upstream)
         return await self._pass_back(upstream, call)
 
-    async def _send(self, path: str, payload: dict[str, Any],
-                    client_headers: Mapping[str, str]) -> httpx.Response | ProxyError:
-        request = self.http.build_request("POST", path, json=payload,
-                                          headers=_passthrough(client_headers))
-        try:
-            return await self.http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            return _transport_error(exc)
-
-    async def _pass_back(self, upstream: httpx.Response, call: ProxyCall) -> Response:
+    async def _pass_back(self, upstream: aiohttp.ClientResponse, call: ProxyCall
+                         ) -> Response:
         headers = {**call.headers(), **_passthrough(upstream.headers)}
-        if upstream.is_success and _is_event_stream(upstream):
+        success = 200 <= upstream.status < 300
+        if success and _is_event_stream(upstream):
             return UpstreamStream(upstream, headers, call.done, call.chunk)
         try:
-            content = await upstream.aread()
-        except httpx.TransportError as exc:
-            return _refuse(call, _transport_error(exc))
-        finally:
-            await upstream.aclose()
+            # read() closes the connection itself if it fails or is cancelled.
+            content = await upstream.read()
+        except UPSTREAM_ERRORS as exc:
+            return _refuse(call, upstream_error(exc))
         call.body(content)
-        call.done(upstream.status_code,
-                  None if upstream.is_success else f"vllm_{upstream.status_code}")
-        return Response(content, status_code=upstream.status_code, headers=headers,
+        call.done(upstream.status, None if success else f"vllm_{upstream.status}")
+        return Response(content, status_code=upstream.status, headers=headers,
                         media_type=upstream.headers.get("content-type"))
 
     # listing and probes
@@ -192,14 +189,13 @@ class Proxy:
         tenant = self.keys.tenant_for(request.headers.get("authorization"))
         if isinstance(tenant, ProxyError):
             return tenant.response()
-        try:
-            response = await self.http.get("/v1/models", timeout=_PROBE_TIMEOUT_S)
-        except httpx.TransportError as exc:
-            return _transport_error(exc).response()
-        if not response.is_success:
-            return Response(response.content, status_code=response.status_code,
-                            media_type=response.headers.get("content-type"))
-        upstream = {entry.get("id"): entry for entry in response.json().get("data", [])}
+        answer = await self.upstream.get("/v1/models", _PROBE_TIMEOUT_S)
+        if isinstance(answer, ProxyError):
+            return answer.response()
+        status, content, content_type = answer
+        if not 200 <= status < 300:
+            return Response(content, status_code=status, media_type=content_type)
+        upstream = {entry.get("id"): entry for entry in orjson.loads(content).get("data", [])}
         return JSONResponse({"object": "list",
                              "data": self._model_entries(upstream, tenant)})
 
@@ -233,11 +229,8 @@ class Proxy:
                              "draining": draining}, status_code=200 if ok else 503)
 
     async def _vllm_healthy(self) -> bool:
-        try:
-            response = await self.http.get("/health", timeout=_PROBE_TIMEOUT_S)
-        except httpx.TransportError:
-            return False
-        return response.is_success
+        answer = await self.upstream.get("/health", _PROBE_TIMEOUT_S)
+        return not isinstance(answer, ProxyError) and 200 <= answer[0] < 300
 
     async def prometheus(self, request: Request) -> Response:
         body = self.metrics.render()
@@ -258,32 +251,13 @@ def _refuse(call: ProxyCall, error: ProxyError) -> Response:
     return error.response(call.headers())
 
 
-def _transport_error(exc: httpx.TransportError) -> ProxyError:
-    if isinstance(exc, httpx.TimeoutException):
-        return ProxyError(504, f"the model server did not answer in time: {exc!r}",
-                          "server_error", "vllm_timeout")
-    return vllm_unreachable(f"{type(exc).__name__}: {exc}")
-
-
-def _is_event_stream(response: httpx.Response) -> bool:
-    content_type: str = response.headers.get("content-type", "")
-    return content_type.startswith("text/event-stream")
+def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return response.headers.get("content-type", "").startswith("text/event-stream")
 
 
 def _passthrough(headers: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name in _PASSTHROUGH_HEADERS
             if (value := headers.get(name)) is not None}
-
-
-async def _json_body(request: Request) -> dict[str, Any] | ProxyError:
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json")
-    if not isinstance(body, dict):
-        return bad_request("the request body must be a JSON object", code="invalid_json")
-    return body
 
 
 def _model_entry(model_id: str, created: int, parent: str | None, root: str
@@ -298,21 +272,19 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                      draining: Callable[[], bool] | None = None,
                      ready: Callable[[], bool] | None = None,
                      request_resync: Callable[[], None] | None = None,
-                     http: httpx.AsyncClient | None = None,
+                     upstream: Upstream | None = None,
                      request_timeout_s: float = 600.0,
                      model_server: Callable[[], bytes] | None = None) -> Starlette:
     """The front door app. ``app.state.inflight`` counts proxied requests for shutdown.
 
-    ``http`` is the client to vLLM; without one the app makes its own (bounded by
+    ``upstream`` is the client to vLLM; without one the app makes its own (bounded by
     ``request_timeout_s`` between bytes) and closes it when its lifespan ends.
     """
-    owned = http is None
-    client = http or httpx.AsyncClient(
-        base_url=vllm_url,
-        timeout=httpx.Timeout(request_timeout_s, connect=_PROBE_TIMEOUT_S),
-        # vLLM batches many concurrent requests; the pool must not be the bottleneck.
-        limits=httpx.Limits(max_connections=1024, max_keepalive_connections=128))
-    proxy = Proxy(routes=routes, cache=cache, leases=leases, metrics=metrics, http=client,
+    owned = upstream is None
+    client = upstream or Upstream(vllm_url, request_timeout_s=request_timeout_s,
+                                  connect_timeout_s=_PROBE_TIMEOUT_S)
+    proxy = Proxy(routes=routes, cache=cache, leases=leases, metrics=metrics,
+                  upstream=client,
                   base_model=base_model, registry=registry, keys=keys,
                   draining=draining or _never,
                   ready=ready or _always, request_resync=request_resync or _nothing,

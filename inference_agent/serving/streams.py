@@ -12,10 +12,12 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 
+import aiohttp
 import anyio
-import httpx
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from inference_agent.serving.upstream import UPSTREAM_ERRORS
 
 # Called once when a passed-back stream ends: (status sent, error reason or None).
 StreamDone = Callable[[int, str | None], None]
@@ -82,12 +84,12 @@ def stream_error_event(message: str, code: str) -> bytes:
 
 
 class UpstreamStream(Response):
-    """Passes an open httpx streaming response to the client chunk by chunk."""
+    """Passes an open aiohttp streaming response to the client chunk by chunk."""
 
-    def __init__(self, upstream: httpx.Response, headers: Mapping[str, str],
+    def __init__(self, upstream: aiohttp.ClientResponse, headers: Mapping[str, str],
                  on_done: StreamDone, on_chunk: StreamChunk | None = None) -> None:
         self.upstream = upstream
-        self.status_code = upstream.status_code
+        self.status_code = upstream.status
         self.media_type = upstream.headers.get("content-type", "text/event-stream")
         self.background = None
         self.init_headers(headers)
@@ -108,9 +110,9 @@ class UpstreamStream(Response):
             self._error = "client_disconnected"
         finally:
             try:
-                # Closing first makes vLLM abort a generation nobody will read.
-                with anyio.CancelScope(shield=True):
-                    await self.upstream.aclose()
+                # Closing first makes vLLM abort a generation nobody will read (a
+                # stream read to its end has already given its connection back).
+                self.upstream.close()
             finally:
                 self._finish()
 
@@ -129,11 +131,11 @@ class UpstreamStream(Response):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         try:
-            async for chunk in self.upstream.aiter_raw():
+            async for chunk in self.upstream.content.iter_any():
                 if self._on_chunk is not None:
                     self._on_chunk(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.TransportError as exc:
+        except UPSTREAM_ERRORS as exc:
             # Headers are out, so the status cannot change: tell the client in-band.
             self._error = "vllm_stream_broken"
             message = f"the model server broke off the stream: {exc!r}"

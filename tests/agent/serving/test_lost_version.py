@@ -1,7 +1,7 @@
 """A version vLLM lost (restart, unload by hand) while the cache believed it loaded:
 the request loads it again and retries once, and only queues the full comparison with
-vLLM for the control loop. The proxy's real parts, with a narrow fake vLLM behind an
-httpx transport (tests/agent/serving/test_proxy.py covers the same against real vLLM)."""
+vLLM for the control loop. The proxy's real parts, with a narrow fake vLLM served over
+real HTTP (tests/agent/serving/test_proxy.py covers the same against real vLLM)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from typing import cast
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
@@ -22,7 +26,7 @@ from inference_agent.serving.leases import Leases
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
 from tests.agent.adapter_refs import FakeVllm, LocalFetch, adapter_ref
-from tests.agent.proxy_harness import TENANT, TOKEN, bearer, inference_keys
+from tests.agent.proxy_harness import TENANT, TOKEN, bearer, inference_keys, serve_asgi
 
 BASE = "tiny-llama"
 
@@ -36,15 +40,15 @@ class Rig:
     resyncs: list[str]
 
 
-def completions(vllm: FakeVllm) -> httpx.MockTransport:
+def completions(vllm: FakeVllm) -> Starlette:
     """vLLM's /v1/completions: 404 for a name it has not loaded, as vLLM answers."""
-    def handle(request: httpx.Request) -> httpx.Response:
-        model = json.loads(request.content)["model"]
+    async def handle(request: Request) -> JSONResponse:
+        model = json.loads(await request.body())["model"]
         if model != BASE and model not in vllm.names:
-            return httpx.Response(404, json={"error": {
-                "message": f"The model `{model}` does not exist.", "code": 404}})
-        return httpx.Response(200, json={"model": model, "choices": [{"text": "hi"}]})
-    return httpx.MockTransport(handle)
+            return JSONResponse({"error": {
+                "message": f"The model `{model}` does not exist.", "code": 404}}, 404)
+        return JSONResponse({"model": model, "choices": [{"text": "hi"}]})
+    return Starlette(routes=[Route("/v1/completions", handle, methods=["POST"])])
 
 
 @pytest.fixture
@@ -55,15 +59,14 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     cache = AdapterCache(cast(VllmClient, vllm), materializer, leases, capacity=4,
                          metrics=metrics, load_wait_timeout_s=1, is_routed=routes.is_routed)
     resyncs: list[str] = []
-    upstream = httpx.AsyncClient(transport=completions(vllm), base_url="http://vllm")
-    app = create_proxy_app(routes=routes, cache=cache, leases=leases, metrics=metrics,
-                           vllm_url="http://vllm", base_model=BASE, registry=None,
-                           keys=inference_keys(), http=upstream,
-                           request_resync=lambda: resyncs.append("vllm"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://agent", headers=bearer(TOKEN)) as client:
-        yield Rig(client, vllm, cache, routes, resyncs)
-    await upstream.aclose()
+    async with serve_asgi(completions(vllm)) as vllm_url:
+        app = create_proxy_app(routes=routes, cache=cache, leases=leases, metrics=metrics,
+                               vllm_url=vllm_url, base_model=BASE, registry=None,
+                               keys=inference_keys(),
+                               request_resync=lambda: resyncs.append("vllm"))
+        async with serve_asgi(app) as url, httpx.AsyncClient(
+                base_url=url, headers=bearer(TOKEN)) as client:
+            yield Rig(client, vllm, cache, routes, resyncs)
 
 
 async def test_a_lost_version_is_loaded_again_and_the_resync_is_queued(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -63,10 +63,9 @@ class Recorder:
         return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
 
 
-async def pass_back(query: str, recorder: Recorder) -> httpx.Response:
-    async with serve_asgi(UPSTREAM) as url, httpx.AsyncClient(base_url=url) as client:
-        upstream = await client.send(client.build_request("GET", f"/events{query}"),
-                                     stream=True)
+async def pass_back(query: str, recorder: Recorder) -> aiohttp.ClientResponse:
+    async with serve_asgi(UPSTREAM) as url, aiohttp.ClientSession() as client:
+        upstream = await client.get(f"{url}/events{query}")
         response = UpstreamStream(upstream, {"X-Loraplane-Adapter": "a@1"}, recorder.on_done)
         await response({"type": "http", "asgi": {"spec_version": "2.4"}},
                        recorder.receive, recorder.send)
@@ -81,7 +80,7 @@ async def test_a_whole_stream_is_passed_back_and_ends_once() -> None:
                                  "more_body": False}
     headers = dict(recorder.sent[0]["headers"])
     assert headers[b"x-loraplane-adapter"] == b"a@1"
-    assert recorder.done == [(200, None)] and upstream.is_closed
+    assert recorder.done == [(200, None)] and upstream.closed
 
 
 async def test_an_upstream_that_dies_mid_stream_gets_an_error_event() -> None:
@@ -91,13 +90,13 @@ async def test_an_upstream_that_dies_mid_stream_gets_an_error_event() -> None:
     assert body.startswith(b"data: 0\n\ndata: 1\n\n")
     assert b'"code": "vllm_unavailable"' in body and b"[DONE]" not in body
     assert recorder.sent[-1]["more_body"] is False
-    assert recorder.done == [(200, "vllm_stream_broken")] and upstream.is_closed
+    assert recorder.done == [(200, "vllm_stream_broken")] and upstream.closed
 
 
 async def test_a_send_that_raises_is_a_client_disconnect() -> None:
     recorder = Recorder(fail_after=2)  # the start and one chunk get through
     upstream = await pass_back("", recorder)
-    assert recorder.done == [(200, "client_disconnected")] and upstream.is_closed
+    assert recorder.done == [(200, "client_disconnected")] and upstream.closed
 
 
 async def test_inflight_waits_for_zero() -> None:

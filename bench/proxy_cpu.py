@@ -1,0 +1,213 @@
+"""The proxy's own CPU per request, against a stand-in for vLLM that answers at once.
+
+vLLM is not in this measurement: a stand-in (``--serve-upstream``, a few lines of
+asyncio) answers every POST with a fixed 1-token completion. The agent's proxy app
+(``create_proxy_app`` with the agent's real route table, leases, metrics and keys) runs
+under uvicorn and uvloop as the agent runs it (``--serve-agent``), each a process of its
+own. The bench sends ``--requests`` sequential 1-token completions for the base model
+through it and reads its CPU time (user + system) from /proc before and after: CPU time
+per request, which the machine's load changes far less than it changes time.
+
+With ``--also-commit REV`` the proxy app of commit REV (``git archive``) is measured in
+the same run, rounds alternating, and the ratio is printed. The base-model path skips
+the adapter cache and the lease; bench/agent_proxy_overhead.py measures those, on vLLM.
+
+    .venv/bin/python -m bench.proxy_cpu --also-commit 5f6d138
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BASE = "tiny-llama"
+TOKEN = "lp_bench-proxy-cpu"
+_BODY = (b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"tiny-llama",'
+         b'"choices":[{"index":0,"text":" x","logprobs":null,"finish_reason":"length"}],'
+         b'"usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1}}')
+_ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+           % len(_BODY)) + _BODY
+REQUEST = (b'{"model":"tiny-llama","prompt":"The registry publishes","max_tokens":1,'
+           b'"temperature":0}')
+
+
+class StandIn(asyncio.Protocol):
+    """Answers each HTTP/1.1 request (with a Content-Length body) with ``_ANSWER``."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            head, _, rest = self.buffer.partition(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
+            self.transport.write(_ANSWER)
+
+
+async def serve_upstream(port: int) -> None:
+    server = await asyncio.get_running_loop().create_server(StandIn, "127.0.0.1", port)
+    await server.serve_forever()
+
+
+def serve_agent(port: int, upstream_port: int) -> None:
+    """The agent's proxy app, from whichever ``inference_agent`` is on sys.path."""
+    import uvicorn  # noqa: PLC0415
+    import uvloop  # noqa: PLC0415
+
+    from inference_agent.metrics import AgentMetrics  # noqa: PLC0415
+    from inference_agent.serving.auth import InferenceKeys, token_hash  # noqa: PLC0415
+    from inference_agent.serving.leases import Leases  # noqa: PLC0415
+    from inference_agent.serving.proxy import create_proxy_app  # noqa: PLC0415
+    from inference_agent.serving.routes import RouteTable  # noqa: PLC0415
+
+    keys = InferenceKeys()
+    keys.replace("bench", {token_hash(TOKEN): "bench"})
+    app = create_proxy_app(routes=RouteTable(BASE), cache=None,  # type: ignore[arg-type]
+                           leases=Leases(), metrics=AgentMetrics(),
+                           vllm_url=f"http://127.0.0.1:{upstream_port}", base_model=BASE,
+                           registry=None, keys=keys)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="on", access_log=False)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(uvicorn.Server(config).serve())
+
+
+def _start(role: list[str], name: str, source: Path | None, log_dir: Path) -> Any:
+    """This file run as a script in ``role``, with ``source`` first on sys.path."""
+    from bench.common import REPO  # noqa: PLC0415
+    from loraplane.process import ChildProcess  # noqa: PLC0415
+
+    env = {**os.environ, "PYTHONPATH": str(source or REPO)}
+    process = ChildProcess(name, [sys.executable, __file__, *role], env=env,
+                           cwd=source or REPO, log_path=log_dir / f"{name}.log")
+    process.start()
+    return process
+
+
+async def _requests(url: str, count: int, pid: int) -> float:
+    """CPU seconds of ``pid`` per request, over ``count`` sequential requests."""
+    import aiohttp  # noqa: PLC0415
+
+    from bench.common import cpu_seconds  # noqa: PLC0415
+
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as session:
+        async def one() -> None:
+            async with session.post(f"{url}/v1/completions", data=REQUEST,
+                                    headers=headers) as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"{url}: {response.status} {body[:300]!r}")
+
+        for _ in range(min(100, count)):  # warm: connections, caches, lazy imports
+            await one()
+        before = cpu_seconds(pid)
+        for _ in range(count):
+            await one()
+        after = cpu_seconds(pid)
+    if before is None or after is None:
+        raise RuntimeError(f"the proxy at {url} is gone")
+    return (after - before) / count
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from bench.agent_setup import MachineLoad  # noqa: PLC0415
+    from bench.common import git_commit  # noqa: PLC0415
+    from bench.proxy_stats import mean_ci  # noqa: PLC0415
+    from bench.proxy_variants import archive  # noqa: PLC0415
+    from devharness.processes import http_probe  # noqa: PLC0415
+    from loraplane.netutil import free_port  # noqa: PLC0415
+
+    measured = git_commit()  # before anything runs: what is measured is this
+    upstream_port = free_port()
+    sources: dict[str, Path | None] = {"proxy": None}
+    if args.also_commit is not None:
+        commit, folder = archive(args.also_commit, work / "also")
+        sources[f"proxy@{commit[:10]}"] = folder
+    processes = [_start(["--serve-upstream", str(upstream_port)], "stand-in", None, work)]
+    try:
+        urls: dict[str, tuple[str, int]] = {}
+        for name, source in sources.items():
+            port = free_port()
+            process = _start(["--serve-agent", str(port), str(upstream_port)], name,
+                             source, work)
+            processes.append(process)
+            url = f"http://127.0.0.1:{port}"
+            process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
+            urls[name] = (url, process.pid)
+        per_request: dict[str, list[float]] = {name: [] for name in urls}
+        with MachineLoad() as load:
+            for index in range(args.rounds):
+                order = list(urls) if index % 2 == 0 else list(urls)[::-1]
+                for name in order:
+                    url, pid = urls[name]
+                    per_request[name].append(asyncio.run(_requests(url, args.requests, pid)))
+    finally:
+        for process in reversed(processes):
+            process.stop(10)
+    result: dict[str, Any] = {"benchmark": "proxy_cpu", "commit": measured,
+                              "machine": load.summary, "requests": args.requests,
+                              "cpu_ms_per_request": {n: [x * 1000 for x in v]
+                                                     for n, v in per_request.items()}}
+    if len(per_request) == 2:
+        old = list(per_request)[1]
+        result["ratio_to_" + old] = list(mean_ci([o / n for n, o in zip(
+            per_request["proxy"], per_request[old], strict=True)]))
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="per round (2000)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--also-commit", default=None, metavar="REV")
+    parser.add_argument("--serve-upstream", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-agent", type=int, nargs=2, default=None,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", type=Path, default=None)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.serve_upstream is not None:
+        asyncio.run(serve_upstream(args.serve_upstream))
+        return {}
+    if args.serve_agent is not None:
+        serve_agent(*args.serve_agent)
+        return {}
+    if args.requests < 1 or args.rounds < 1:
+        parser.error("--requests and --rounds must be positive")
+    from bench.common import write_json  # noqa: PLC0415
+    from bench.proxy_stats import commit_line  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="lp-bench-proxy-cpu-") as work:
+        result = measure(args, Path(work))
+    for name, values in result["cpu_ms_per_request"].items():
+        print(f"{name}: agent CPU ms per request, per round: "
+              + " ".join(f"{v:.3f}" for v in values))
+    for key, value in result.items():
+        if key.startswith("ratio_to_"):
+            print(f"{key.removeprefix('ratio_to_')} / proxy, CPU per request: "
+                  f"{value[0]:.2f} ± {value[1]:.2f} (mean ± 95% CI over rounds)")
+    print(commit_line(result))
+    write_json(result, args.json_out)
+    return result
+
+
+if __name__ == "__main__":
+    if __package__ in (None, ""):
+        # Run as a script (the proxy and stand-in processes): their sys.path holds the
+        # code under test first, and this file's folder, not the checkout's root.
+        sys.path.append(str(Path(__file__).resolve().parents[1]))
+    main()
