@@ -17,7 +17,7 @@ ownership cost nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from loraplane.placement import owns
@@ -34,8 +34,12 @@ class Pins(Protocol):
 class Placement:
     """This agent's share of the placed adapters, applied as cache pins."""
 
-    def __init__(self, agent_id: str, pins: Pins, *, configured: Iterable[str] = ()) -> None:
+    def __init__(self, agent_id: str, pins: Pins, *, configured: Iterable[str] = (),
+                 on_change: Callable[[], None] | None = None) -> None:
+        """``on_change`` hears of every adapter gained or lost: the status report shows
+        what this agent owns, even when nothing is loaded or unloaded for it."""
         self.agent_id = agent_id
+        self._on_change = on_change or (lambda: None)
         self._pins = pins
         # ``--pin`` adapters stay pinned whatever placement says.
         self._configured = set(configured)
@@ -73,4 +77,6 @@ class Placement:
                 self._pins.unpin(adapter)
             self.lost += 1
             log.info("placement: %s moved to other agents; loaded on demand here", adapter)
+        if mine != was:
+            self._on_change()
         return mine
