@@ -244,10 +244,16 @@ async def _prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: i
     setting: dict[str, int | None] = {PUSHED: EVERY_AGENT}
     setting.update({f"placed-{i:03d}": replicas for i in range(placed)})
     folder = adapter_folder(work, 0)
+
+    async def publish(name: str) -> int:
+        await api.create_adapter(name, BASE_MODEL, tenant=TENANT, replicas=setting[name])
+        return (await api.push(name, folder)).version
+
+    names = list(setting)
     versions: dict[str, int] = {}
-    for name, count in setting.items():
-        await api.create_adapter(name, BASE_MODEL, tenant=TENANT, replicas=count)
-        versions[name] = (await api.push(name, folder)).version
+    for start in range(0, len(names), 8):
+        chunk = names[start:start + 8]
+        versions.update(zip(chunk, await asyncio.gather(*map(publish, chunk)), strict=True))
     return setting, versions
 
 

@@ -24,7 +24,7 @@ import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import REPO
+from bench.common import REPO, proc_meminfo_kb
 from devharness.processes import clean_env, http_probe
 from devharness.services import NatsService, PostgresDatabase, start_s3_and_nats
 from devharness.testbed import AgentProcess, AgentSpec, RegistryProcess, S3Bucket
@@ -39,6 +39,22 @@ AGENT_SETTINGS = {"resync_interval_s": "3600", "heartbeat_interval_s": "600",
                   "vllm_metrics_interval_s": "60", "credentials_refresh_s": "600"}
 # Above twice the heartbeat, as the README asks: no agent goes stale while it runs.
 STALE_AFTER_S = 1800.0
+# What one idle agent holds (measured: 80-84 MB RSS), with a margin, and what the
+# machine (shared with other work) must keep free after the agents start.
+AGENT_RSS_MB = 120
+RESERVE_MB = 2048
+
+
+class NoRoom(RuntimeError):
+    """Starting more agents would leave the shared machine short of memory."""
+
+
+def check_room(count: int) -> None:
+    available_mb = proc_meminfo_kb("MemAvailable") // 1024
+    needed_mb = count * AGENT_RSS_MB + RESERVE_MB
+    if available_mb < needed_mb:
+        raise NoRoom(f"{count} more agents need about {needed_mb} MB free (with a "
+                     f"{RESERVE_MB} MB reserve); the machine has {available_mb} MB")
 
 
 class StandInProcess:
@@ -85,6 +101,7 @@ class Fleet:
     def add_agents(self, count: int, prefix: str = "agent") -> list[str]:
         """Start ``count`` new agents together, each on the next free stand-in port;
         return their ids once every one answers ready."""
+        check_room(count)
         started = []
         for _ in range(count):
             port = self.standin.ports[self.next_port]

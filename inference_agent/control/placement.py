@@ -7,9 +7,9 @@ pins it, so the swap loads a new version before the alias flips to it and LRU ne
 evicts it; every other agent still loads it at its first request, as before. An
 adapter without the setting is never pinned by placement (today's behaviour).
 
-The fleet is the registry's list of live agents, read with every desired-state
-snapshot (each periodic resync), so a join or a leave is seen within one resync
-interval plus the registry's staleness window. Losing an adapter only unpins it: it
+The fleet is the registry's list of live agents: a ``fleet_changed`` event brings it
+at each join or leave (the reconciler's ``on_event``), and every desired-state read
+brings it too, which repairs a lost event. Losing an adapter only unpins it: it
 stays loaded until LRU needs the slot, so requests in flight and a quick return of
 ownership cost nothing.
 """
