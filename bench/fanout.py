@@ -251,8 +251,9 @@ async def _prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: i
 
     names = list(setting)
     versions: dict[str, int] = {}
-    for start in range(0, len(names), 8):
-        chunk = names[start:start + 8]
+    # Four at a time: the registry's limit of uploads in flight per token.
+    for start in range(0, len(names), 4):
+        chunk = names[start:start + 4]
         versions.update(zip(chunk, await asyncio.gather(*map(publish, chunk)), strict=True))
     return setting, versions
 
