@@ -21,7 +21,7 @@ each phase the loads and unloads the stand-in answered are counted against the m
 the placement implies (every adapter an agent newly owns is loaded once; nothing needs
 unloading), once every live agent has its owned adapters loaded and has reported them.
 
-    .venv/bin/python -m bench.fanout --steps 25,50,100 --placed 200 --replicas 2 --change 10
+    .venv/bin/python -m bench.fanout --steps 25,50,100 --placed 100 --replicas 2 --change 10
 
 ``tests/bench/test_fanout.py`` runs a small version (8 agents) in CI.
 """
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -285,13 +286,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="fan-out to many agents")
     parser.add_argument("--steps", default="25,50,100",
                         help="fleet sizes to push at, comma-separated, growing")
-    parser.add_argument("--placed", type=int, default=200, help="adapters with a placement")
+    parser.add_argument("--placed", type=int, default=100, help="adapters with a placement")
     parser.add_argument("--replicas", type=int, default=2, help="replicas of each of them")
     parser.add_argument("--change", type=int, default=10, help="agents stopped, then started")
     parser.add_argument("--work-dir", type=Path)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     steps = [int(s) for s in args.steps.split(",")]
+    # A SIGTERM ends the run like ^C does: every process stopped, the database dropped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="fanout-", dir=args.work_dir) as tmp:
         result = asyncio.run(run(Path(tmp), steps=steps, placed=args.placed,
                                  replicas=args.replicas, change=args.change))
