@@ -91,7 +91,9 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
         _apply(row, status, now)
     else:
         row = await _insert_agent(session, status, now)
-    row.last_seen_at = now if not status.leaving else min(_utc(row.last_seen_at), since)
+    # A second more than the window: stale whatever clock reading compares it next.
+    row.last_seen_at = (now if not status.leaving
+                        else min(_utc(row.last_seen_at), since - timedelta(seconds=1)))
     return row, was_live
 
 
