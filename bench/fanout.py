@@ -268,6 +268,9 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
         api = AsyncRegistryClient(fleet.registry.url, fleet.registry.admin_token)
         try:
             setting, versions = await _prepare(fleet, api, work, placed, replicas)
+            last = max(steps)
+            fleet.make_tokens([*(f"agent-{i:03d}" for i in range(last)),
+                               *(f"joined-{i:03d}" for i in range(last, last + change))])
             for size in steps:
                 fleet.add_agents(size - len(fleet.agents))
                 await _settled(fleet, assignment(fleet.live(), setting), versions)
