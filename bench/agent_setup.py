@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.common import REPO, busy_share, cpu_counters, machine_summary, percentile
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
 from devharness.processes import loraplane_command
-from devharness.services import NatsService, PostgresDatabase, SeaweedS3
+from devharness.services import PostgresDatabase, start_s3_and_nats
 from devharness.testbed import AgentProcess, Testbed, metric, running_testbed
 from devharness.vllm import ensure_tiny_model, ensure_vllm_env
 from devharness.waiting import eventually
@@ -57,12 +57,7 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
     python = ensure_vllm_env()
     model = ensure_tiny_model(work / "tiny", python)
     with contextlib.ExitStack() as stack:
-        s3 = SeaweedS3(work / "s3")
-        s3.start()
-        stack.callback(s3.stop)
-        nats = NatsService(work)
-        nats.start()
-        stack.callback(nats.stop)
+        s3, nats = start_s3_and_nats(stack, work)
         database = PostgresDatabase()
         asyncio.run(database.create())
         stack.callback(lambda: asyncio.run(database.drop()))

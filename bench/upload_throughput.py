@@ -202,18 +202,12 @@ class Services:
 @contextmanager
 def services(work: Path, db_kind: str) -> Iterator[Services]:
     from devharness.services import (  # noqa: PLC0415
-        NatsService,
         PostgresDatabase,
-        SeaweedS3,
+        start_s3_and_nats,
     )
 
     with ExitStack() as stack:
-        s3 = SeaweedS3(work / "s3")
-        s3.start()
-        stack.callback(s3.stop)
-        nats = NatsService(work)
-        nats.start()
-        stack.callback(nats.stop)
+        s3, nats = start_s3_and_nats(stack, work)
         if db_kind == "postgres":
             pg = PostgresDatabase()
             asyncio.run(pg.create())

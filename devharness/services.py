@@ -16,9 +16,10 @@ import secrets
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -373,3 +374,18 @@ class PostgresDatabase:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.drop()
 
+
+
+class _Stack(Protocol):
+    def callback(self, callback: Callable[[], object], /) -> object: ...
+
+
+def start_s3_and_nats(stack: _Stack, work: Path) -> tuple[SeaweedS3, NatsService]:
+    """A SeaweedFS S3 and a NATS server under ``work``, each stopped by ``stack``."""
+    s3 = SeaweedS3(work / "s3")
+    s3.start()
+    stack.callback(s3.stop)
+    nats = NatsService(work)
+    nats.start()
+    stack.callback(nats.stop)
+    return s3, nats

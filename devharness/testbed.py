@@ -63,7 +63,9 @@ class RegistryProcess:
 
     def __init__(self, work_dir: Path, *, database_url: str, nats_url: str,
                  blobs: S3Bucket, admin_token: str | None = None,
-                 relay_poll_interval_s: float = 0.2) -> None:
+                 relay_poll_interval_s: float = 0.2,
+                 settings: Mapping[str, str] | None = None) -> None:
+        """``settings``: more ``LORAPLANE_*`` variables, by setting (``agent_stale_after_s``)."""
         self.work_dir = work_dir
         self.admin_token = admin_token or f"lp_e2e-admin-{secrets.token_hex(16)}"
         self.blobs = blobs
@@ -83,6 +85,7 @@ class RegistryProcess:
             "LORAPLANE_S3_CREATE_BUCKET": "true",
             "LORAPLANE_ADMIN_TOKEN": self.admin_token,
             "LORAPLANE_RELAY_POLL_INTERVAL_S": str(relay_poll_interval_s),
+            **{f"LORAPLANE_{k.upper()}": v for k, v in (settings or {}).items()},
         }
         self.process = self._process()
 

@@ -52,7 +52,7 @@ from inference_agent.serving.model_server_metrics import ModelServerMetrics
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
-from loraplane.events import DesiredState
+from loraplane.events import CredentialsChanged, DesiredState, Event
 from loraplane.lora import BaseModelShapes, UnsupportedBaseModel
 from loraplane.naming import parse_model_ref
 from loraplane.nats_auth import describe_nats
@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 # uvicorn's own wait for connections, after the agent already waited for its requests.
 _SERVER_CLOSE_S = 2
+# How long the shutdown waits to tell the registry this agent leaves the fleet.
+_LEAVE_TIMEOUT_S = 2.0
 
 
 class AgentConfigError(ValueError):
@@ -152,7 +154,7 @@ class Agent:
         self.status = self._build_status()
         self.follower = (Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
                                   enqueue=self._event_key, metrics=self.metrics,
-                                  security=s.nats_security)
+                                  security=s.nats_security, on_event=self._event)
                          if s.nats_url is not None and self.registry is not None else None)
         self.ready = asyncio.Event()
         self.draining = False
@@ -188,6 +190,13 @@ class Agent:
             self.credentials.poke()
         if key != CREDENTIALS:
             self.reconciler.notify(key)
+
+    def _event(self, event: Event) -> None:
+        if isinstance(event, CredentialsChanged):
+            if self.credentials is not None:
+                self.credentials.poke()
+            return
+        self.reconciler.on_event(event)
 
     def _changed(self) -> None:
         # Built after the parts that call it; a change before then has nothing to tell.
@@ -352,6 +361,7 @@ class Agent:
         # 1. Stop intake: the proxy answers 503 and /readyz fails.
         self.draining = True
         self.ready.clear()
+        await self._leave_fleet()
         # 2. Let proxied requests, streams and running swaps finish within the grace
         #    period; the work queue takes no more keys while its workers finish.
         settled = await self._unless_forced(asyncio.gather(
@@ -367,6 +377,13 @@ class Agent:
         server.should_exit = True
         await asyncio.wait({served})
         await self._close_clients()
+
+    async def _leave_fleet(self) -> None:
+        # Best effort and bounded: the staleness window still covers a registry that
+        # cannot be told. An agent that never reported is in no fleet to leave.
+        if self.status is not None and self.status.posted:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.status.leave(), _LEAVE_TIMEOUT_S)
 
     async def _unless_forced(self, waiting: Awaitable[Any], timeout_s: float) -> bool:
         work = asyncio.ensure_future(waiting)

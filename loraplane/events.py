@@ -98,6 +98,24 @@ class PlacementChanged(_EventBase):
     replicas: int | None
 
 
+# The tenant and subject token of fleet events: not a tenant slug (a slug never starts
+# with "_"), so no tenant's events and no tenant filter ever meet them.
+FLEET_TENANT = "_fleet"
+
+
+class FleetChanged(_EventBase):
+    """The live agents of ``base_model`` changed: an agent joined (its first report, or
+    one after it went stale) or left (it said so, or it went stale). ``tenant`` is
+    ``FLEET_TENANT`` and ``adapter`` "". ``agents`` is the whole live fleet when the
+    change was recorded, so an agent re-places from the event alone."""
+
+    type: Literal["fleet_changed"] = "fleet_changed"
+    base_model: str
+    agents: list[str]
+    joined: list[str] = Field(default_factory=list)
+    left: list[str] = Field(default_factory=list)
+
+
 RouteKind = Literal["customer", "task", "default"]
 # The one key of a tenant's ``default`` rule: a tenant has at most one default.
 DEFAULT_ROUTE_KEY = "default"
@@ -134,7 +152,7 @@ class CredentialsChanged(_EventBase):
 
 Event = Annotated[
     AdapterUpdated | VersionPublished | AdapterDeleted | PlacementChanged | RouteChanged
-    | CredentialsChanged,
+    | CredentialsChanged | FleetChanged,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
@@ -168,7 +186,7 @@ class TokenRevoked(_EventBase):
 # Everything ``GET /v1/events`` may list: the published events and the audit-only ones.
 AuditEvent = Annotated[
     AdapterUpdated | VersionPublished | AdapterDeleted | PlacementChanged | RouteChanged
-    | CredentialsChanged | AdapterCreated | TokenIssued | TokenRevoked,
+    | CredentialsChanged | FleetChanged | AdapterCreated | TokenIssued | TokenRevoked,
     Field(discriminator="type"),
 ]
 AUDIT_ADAPTER: TypeAdapter[AuditEvent] = TypeAdapter(AuditEvent)
@@ -250,3 +268,6 @@ class AgentStatus(_Frozen):
     loaded: list[str] = Field(default_factory=list)
     failures: list[ServedVersion] = Field(default_factory=list)
     tiers: list[TierEntry] = Field(default_factory=list)
+    # The agent's last report, sent as it shuts down: the registry takes it out of the
+    # live fleet at once instead of after the staleness window.
+    leaving: bool = False

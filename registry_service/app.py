@@ -12,6 +12,7 @@ from fastapi_offline import FastAPIOffline
 from loraplane import __version__
 from loraplane.nats_auth import describe_nats
 from registry_service.adapters.routes import router as adapters_router
+from registry_service.agents.fleet import FleetWatcher
 from registry_service.agents.routes import router as agents_router
 from registry_service.aliases.routes import router as aliases_router
 from registry_service.api.body_limit import BodyLimitMiddleware
@@ -63,8 +64,11 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         db.on_outbox_commit(relay.notify)
         await relay.start()
         stack.push_async_callback(relay.stop)
+        fleet = FleetWatcher(db, settings.agent_stale_after_s)
+        await fleet.start()
+        stack.push_async_callback(fleet.stop)
         app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,
-                                        metrics=metrics, embedded_nats=nats)
+                                        metrics=metrics, embedded_nats=nats, fleet=fleet)
         log.info("registry ready (database %s, blobs %s, nats %s)",
                  db.engine.dialect.name, settings.blob_kind, describe_nats(nats_url, security))
         yield

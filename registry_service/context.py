@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loraplane.embedded_nats import EmbeddedNats
+from registry_service.agents.fleet import FleetWatcher
 from registry_service.blobs.base import BlobStore
 from registry_service.db.engine import Database
 from registry_service.events.relay import EventRelay
@@ -21,4 +22,5 @@ class RegistryContext:
     relay: EventRelay
     metrics: RegistryMetrics
     embedded_nats: EmbeddedNats | None = None
+    fleet: FleetWatcher | None = None
     upload_slots: UploadSlots = field(default_factory=UploadSlots)

@@ -88,6 +88,10 @@ class RegistrySettings(BaseSettings, NatsSettings):
     blob_gc_grace_s: float = Field(default=3600.0, ge=0)
     # How long an upload may take from storing its blobs to its commit.
     blob_upload_lease_s: float = Field(default=3600.0, gt=0)
+    # An agent without a report for this long is out of the live fleet that adapters
+    # are placed over (and shown stale); set it above twice the agents' heartbeat
+    # interval (30 s by default). A leave is published within 4/3 of it.
+    agent_stale_after_s: float = Field(default=90.0, ge=1, le=7 * 24 * 3600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Distinct adapter names exported as metric label values; later ones become "_other"
     # (loraplane/metric_labels.py), so thousands of adapters cannot flood Prometheus.

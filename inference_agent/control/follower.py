@@ -3,8 +3,9 @@
 The agent reads a snapshot first, then follows the stream ``LORAPLANE`` on a durable
 pull consumer of its own, ``agent-<agent_id>``, created to start at
 ``snapshot.stream_seq + 1``: every event newer than the snapshot arrives, and none in
-between is lost. Events are hints: each one only queues its adapter (or ``*routes*``),
-and the reconciler re-reads the registry before acting.
+between is lost. Events are hints: each one goes to ``on_event`` (the reconciler, which
+acts on what a trustworthy event carries and re-reads the registry when it must), or,
+without it, only queues its adapter (or ``*routes*``).
 
 NATS outages are survived, not reported upwards: the client reconnects by itself; a
 streak of failed fetches tears the session down and builds a new one, with backoff,
@@ -30,24 +31,18 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
-from inference_agent.control.keys import ALL, CREDENTIALS, ROUTES
+from inference_agent.control.keys import ALL, key_for
 from inference_agent.control.workqueue import Backoff
 from inference_agent.errors import EventBusUnavailable
 from inference_agent.metrics import AgentMetrics
-from loraplane.events import (
-    STREAM_NAME,
-    STREAM_SUBJECTS,
-    CredentialsChanged,
-    Event,
-    RouteChanged,
-    parse_event,
-)
+from loraplane.events import STREAM_NAME, STREAM_SUBJECTS, Event, parse_event
 from loraplane.nats_auth import ConnectErrors, NatsSecurity, describe_error, describe_nats
 from loraplane.netutil import mask_url
 
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[[str], None]
+OnEvent = Callable[[Event], None]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 200
 # A consumer nobody fetched from for this long belongs to a decommissioned agent.
@@ -67,20 +62,6 @@ def consumer_name(agent_id: str) -> str:
     return f"agent-{safe}"
 
 
-def key_for(event: Event, base_model: str) -> str | None:
-    """The work-queue key an event asks for; None if it concerns another base model."""
-    if isinstance(event, CredentialsChanged):
-        return CREDENTIALS
-    if isinstance(event, RouteChanged):
-        if event.rule is not None and event.rule.base_model != base_model:
-            return None
-        # A removed rule does not say its base model: refreshing costs one read.
-        return ROUTES
-    if event.base_model != base_model:
-        return None
-    return event.adapter
-
-
 @asynccontextmanager
 async def _nats_errors(action: str, errors: ConnectErrors | None = None) -> AsyncIterator[None]:
     try:
@@ -97,16 +78,25 @@ class Follower:
     """Follows the stream for one agent and base model until cancelled."""
 
     def __init__(self, url: str, *, agent_id: str, base_model: str, enqueue: Enqueue,
-                 batch: int = 64, fetch_timeout_s: float = 2.0, error_streak: int = 3,
+                 batch: int = 1, fetch_timeout_s: float = 2.0, error_streak: int = 3,
                  connect_timeout_s: float = 5.0, request_timeout_s: float = 5.0,
                  backoff: Backoff[str] | None = None,
                  metrics: AgentMetrics | None = None,
-                 security: NatsSecurity | None = None) -> None:
+                 security: NatsSecurity | None = None,
+                 on_event: OnEvent | None = None) -> None:
+        """``batch`` 1: nats-py's ``fetch`` of n > 1 messages, once the first one came,
+        waits out the rest of ``fetch_timeout_s`` for the others, so every event would
+        wait up to 2 s (measured by bench/fanout.py); one at a time, each is handled as
+        it arrives, at one pull request per event.
+
+        ``on_event`` takes each parsed event (the agent hands it to the reconciler,
+        which acts on what it carries); without it, each event queues its key."""
         self.url = url
         self.security = security or NatsSecurity()
         self.base_model = base_model
         self.consumer = consumer_name(agent_id)
         self._enqueue = enqueue
+        self._on_event = on_event or self._queue_key
         self.batch = batch
         self.fetch_timeout_s = fetch_timeout_s
         self.error_streak = error_streak
@@ -239,6 +229,11 @@ class Follower:
         raise EventBusUnavailable(f"{errors} fetches in a row failed",
                                   detail={"consumer": self.consumer})
 
+    def _queue_key(self, event: Event) -> None:
+        key = key_for(event, self.base_model)
+        if key is not None:
+            self._enqueue(key)
+
     async def _handle(self, message: Msg) -> None:
         try:
             event = parse_event(message.data)
@@ -249,9 +244,7 @@ class Follower:
         else:
             if self.metrics is not None:
                 self.metrics.event_received(event.time)
-            key = key_for(event, self.base_model)
-            if key is not None:
-                self._enqueue(key)
+            self._on_event(event)
             self.events_seen += 1
         with suppress(nats.errors.NotJSMessageError):
             self.last_stream_seq = message.metadata.sequence.stream

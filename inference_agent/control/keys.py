@@ -7,6 +7,8 @@ an adapter name is a slug, which holds neither ``*`` nor ``/``.
 
 from __future__ import annotations
 
+from loraplane.events import CredentialsChanged, Event, FleetChanged, RouteChanged
+
 # Re-read the whole snapshot, queue every adapter, then repair vLLM (see VLLM).
 ALL = "*all*"
 # Re-read the routing rules.
@@ -26,3 +28,22 @@ def local_key(adapter: str) -> str:
 def local_adapter(key: str) -> str | None:
     """The adapter a ``local/<name>`` key names; None for any other key."""
     return key[len(LOCAL_PREFIX):] if key.startswith(LOCAL_PREFIX) else None
+
+
+def key_for(event: Event, base_model: str) -> str | None:
+    """The work-queue key an event asks for; None if it concerns another base model.
+
+    A fleet change asks for a full resync here; the reconciler's ``on_event`` acts on
+    one without any read."""
+    if isinstance(event, CredentialsChanged):
+        return CREDENTIALS
+    if isinstance(event, RouteChanged):
+        if event.rule is not None and event.rule.base_model != base_model:
+            return None
+        # A removed rule does not say its base model: refreshing costs one read.
+        return ROUTES
+    if event.base_model != base_model:
+        return None
+    if isinstance(event, FleetChanged):
+        return ALL
+    return event.adapter

@@ -18,9 +18,9 @@ any other, logged once, reported in the status (``over_capacity``) and counted i
 slot frees (an owned adapter lost, deleted or unplaced), first come first served, so
 what is hot stays hot.
 
-The fleet is the registry's list of live agents, read with every desired-state
-snapshot (each periodic resync), so a join or a leave is seen within one resync
-interval plus the registry's staleness window. Losing an adapter only unpins it: it
+The fleet is the registry's list of live agents: a ``fleet_changed`` event brings it
+at each join or leave (the reconciler's ``on_event``), and every desired-state read
+brings it too, which repairs a lost event. Losing an adapter only unpins it: it
 stays loaded until LRU needs the slot, so requests in flight and a quick return of
 ownership cost nothing.
 """
@@ -48,11 +48,14 @@ class Placement:
 
     def __init__(self, agent_id: str, pins: Pins, *, configured: Iterable[str] = (),
                  slots: int | None = None, requeue: Callable[[str], None] | None = None,
-                 metrics: AgentMetrics | None = None) -> None:
+                 metrics: AgentMetrics | None = None,
+                 on_change: Callable[[], None] | None = None) -> None:
         """``slots``: how many owned adapters may be pinned (None: no limit).
         ``requeue(adapter)`` asks for an adapter's reconcile: an over-capacity adapter's,
-        when a slot frees."""
+        when a slot frees. ``on_change`` hears of every adapter gained or lost: the
+        status report shows what this agent owns, even when nothing is loaded for it."""
         self.agent_id = agent_id
+        self._on_change = on_change or (lambda: None)
         self._pins = pins
         self._requeue = requeue
         self._metrics = metrics
@@ -90,16 +93,19 @@ class Placement:
         """Recompute whether ``adapter`` (None: deleted or unplaced) is ours, pin it if
         ours and a slot is free, unpin it if no longer ours; whether it is kept hot."""
         mine = replicas is not None and owns(self.agent_id, self._fleet, adapter, replicas)
+        was = adapter in self._owned
         if not mine:
-            if adapter in self._owned:
+            if was:
                 self._release(adapter)
-        elif adapter not in self._owned:
+        elif not was:
             self._owned.add(adapter)
             self.gained += 1
             self._keep(adapter, first=True)
         elif adapter not in self._kept:
             self._keep(adapter, first=False)
         self._after_change(adapter)
+        if mine != was:
+            self._on_change()
         return adapter in self._kept
 
     def _after_change(self, adapter: str) -> None:

@@ -6,15 +6,14 @@ The agent has one loop: every key (see keys.py) goes through the one work queue 
 exist once. Keys are adapter names (desired state from the registry), ``local/<name>``
 (a ``--watch-dir`` folder, read by the WatchDirSource), and special keys: ``*routes*``
 (routing rules changed), ``*all*`` (full resync: re-read everything, re-check every
-adapter, repair vLLM) and ``*vllm*`` (repair vLLM only). Events only add keys; what to
-do is always decided from a fresh read, so a late, duplicated or lost event changes
-nothing wrong. The reconciler decides; every change to what is served is made by the
-swap (``AliasApplier``).
+adapter, repair vLLM) and ``*vllm*`` (repair vLLM only). The reconciler decides; every
+change to what is served is made by the swap (``AliasApplier``).
 
-A full resync reads one snapshot for every adapter. To spare one request per adapter,
-the snapshot's entry for an adapter is handed to that adapter's next reconcile, unless
-anything about that adapter happened since the snapshot read started (an event, or a
-fresh read): then the reconcile reads the registry itself.
+Events are hints. What the registry wants is kept in a ``DesiredMirror`` (mirror.py):
+a full resync fills it, an event that can be trusted (the next revision of an alias)
+updates it, anything else drops the adapter's entry so its reconcile reads that adapter
+alone, and a duplicate or late event changes nothing. A snapshot's entry is not taken
+for an adapter anything happened to since the snapshot read started.
 """
 
 from __future__ import annotations
@@ -25,19 +24,25 @@ from typing import Protocol
 
 from inference_agent.control.contract import AliasApplier
 from inference_agent.control.failures import Failures, VersionFailure
-from inference_agent.control.keys import ALL, ROUTES, VLLM, local_adapter
+from inference_agent.control.keys import ALL, CREDENTIALS, ROUTES, VLLM, key_for, local_adapter
+from inference_agent.control.mirror import MISSING, DesiredMirror
 from inference_agent.control.placement import Placement
 from inference_agent.control.watchdir import LOCAL_ALIAS, LocalVersion
 from inference_agent.control.workqueue import Done, Failed, Outcome, Retry, WorkQueue
 from inference_agent.errors import AgentError, RetryableError, TerminalError
 from inference_agent.metrics import AgentMetrics
 from inference_agent.serving.routes import RouteTable
-from loraplane.events import DesiredAdapter, DesiredAlias, DesiredState, VersionRef
+from loraplane.events import (
+    DesiredAdapter,
+    DesiredAlias,
+    DesiredState,
+    Event,
+    FleetChanged,
+    VersionRef,
+)
 from loraplane.naming import parse_model_ref
 
 log = logging.getLogger(__name__)
-
-_NO_HINT = object()
 
 
 class DesiredReader(Protocol):
@@ -113,7 +118,7 @@ class Reconciler:
         self._on_change = on_change or (lambda: None)
         self._failures = Failures(max_attempts=max_attempts, metrics=metrics,
                                   on_change=self._on_change)
-        self._hints: dict[str, DesiredAdapter | None] = {}
+        self.mirror = DesiredMirror()
         self._generation: dict[str, int] = {}
         self._pending: dict[tuple[str, str], int | None] = {}
         self.last_snapshot: DesiredState | None = None
@@ -121,14 +126,40 @@ class Reconciler:
         # One slot stays free for on-demand loads (see control/placement.py).
         slots = None if max_loaded is None else max(0, max_loaded - 1 - len(configured))
         self.placement = Placement(agent_id, cache, configured=configured, slots=slots,
-                                   requeue=queue.add, metrics=metrics)
+                                   requeue=queue.add, metrics=metrics,
+                                   on_change=self._on_change)
 
     # --- intake and views -------------------------------------------------------------
 
     def notify(self, key: str) -> None:
-        """An event named ``key``: queue it, and never answer it from an older snapshot."""
+        """Re-read ``key`` from its source: queue it, and never answer it from the mirror."""
         self._touch(key)
+        self.mirror.drop(key)
         self._queue.add(key)
+
+    def on_event(self, event: Event) -> None:
+        """An event from the stream: act on what it carries when it can be trusted."""
+        if isinstance(event, FleetChanged):
+            if event.base_model == self.base_model:
+                self._fleet_changed(event)
+            return
+        key = key_for(event, self.base_model)
+        if key is None or key == CREDENTIALS:  # the credentials refresher's, not ours
+            return
+        if key == ROUTES:
+            self.notify(key)
+            return
+        self._touch(key)
+        if self.mirror.apply(event):
+            self._queue.add(key)
+
+    def _fleet_changed(self, event: FleetChanged) -> None:
+        # Every placed adapter re-checks its owners from the mirror: no registry read,
+        # and only those whose owners changed are pinned or unpinned.
+        self.placement.set_fleet(event.agents)
+        for name in sorted(self.mirror.placed() | self.placement.owned()):
+            if not self._is_local(name):
+                self._queue.add(name)
 
     def failures(self) -> list[VersionFailure]:
         return self._failures.list()
@@ -182,7 +213,7 @@ class Reconciler:
             if self._is_local(name):
                 continue
             if self._generation.get(name, 0) == started.get(name, 0):
-                self._hints[name] = desired.get(name)
+                self.mirror.replace(name, desired.get(name))
             self._queue.add(name)
         await self.repair_vllm()
         return snapshot
@@ -283,9 +314,9 @@ class Reconciler:
         return outcome
 
     async def _desired_adapter(self, adapter: str) -> DesiredAdapter | None:
-        hint = self._hints.pop(adapter, _NO_HINT)
-        if hint is not _NO_HINT:
-            return hint if isinstance(hint, DesiredAdapter) else None
+        known = self.mirror.get(adapter)
+        if known is not MISSING:
+            return known if isinstance(known, DesiredAdapter) else None
         registry = self._require_registry()
         with self._metrics.stage("desired"):
             snapshot = await registry.desired(self.base_model, adapter=adapter)
@@ -293,12 +324,13 @@ class Reconciler:
             self.placement.set_fleet(snapshot.agents)
         # Any snapshot read before this one is now older than what we act on.
         self._touch(adapter)
-        return next((a for a in snapshot.adapters
-                     if a.name == adapter and a.base_model == self.base_model), None)
+        found = next((a for a in snapshot.adapters
+                      if a.name == adapter and a.base_model == self.base_model), None)
+        self.mirror.replace(adapter, found)
+        return found
 
     def _touch(self, adapter: str) -> None:
         self._generation[adapter] = self._generation.get(adapter, 0) + 1
-        self._hints.pop(adapter, None)
 
     @staticmethod
     def _needs_reset(held: Held, want: dict[str, DesiredAlias]) -> bool:

@@ -139,6 +139,7 @@ class StatusReporter:
         self._dirty = asyncio.Event()
         self._last_sent: AgentStatus | None = None
         self._failing = False
+        self._leaving = False
         self.posted = 0
 
     def changed(self) -> None:
@@ -157,10 +158,17 @@ class StatusReporter:
                              owned=self._owned.owned() if self._owned else set(),
                              over_capacity=(self._owned.over_capacity() if self._owned
                                             else set()))
-        return build_status(agent_id=self.agent_id, base_model=self.base_model,
-                            routes=self._routes, loaded=loaded,
-                            draining=self._swapper.draining(), pending=pending,
-                            failures=failures, now=datetime.now(UTC), tiers=tiers)
+        status = build_status(agent_id=self.agent_id, base_model=self.base_model,
+                              routes=self._routes, loaded=loaded,
+                              draining=self._swapper.draining(), pending=pending,
+                              failures=failures, now=datetime.now(UTC), tiers=tiers)
+        return status.model_copy(update={"leaving": True}) if self._leaving else status
+
+    async def leave(self) -> bool:
+        """Tell the registry this agent is shutting down, so the fleet re-places without
+        waiting for the staleness window; every later report says so too."""
+        self._leaving = True
+        return await self.report(force=True)
 
     async def run(self) -> None:
         """Post the first report at once, then on change and every heartbeat."""

@@ -10,14 +10,15 @@ from loraplane.events import AgentStatus
 from registry_service.agents import service
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
 from registry_service.auth import service as auth_service
-from registry_service.deps import PrincipalDep, SessionDep
+from registry_service.deps import CtxDep, PrincipalDep, SessionDep
 
 router = APIRouter(tags=["agents"])
 
 AgentId = Annotated[str, Path(pattern=AGENT_ID_PATTERN)]
-StaleAfter = Annotated[float, Query(gt=0, le=7 * 24 * 3600,
-                                    description="seconds without a report before an agent "
-                                                "counts as stale")]
+StaleAfter = Annotated[float | None, Query(gt=0, le=7 * 24 * 3600,
+                                           description="seconds without a report before an "
+                                                       "agent counts as stale (default: the "
+                                                       "registry's agent_stale_after_s)")]
 
 
 # Before any /v1/agents/{agent_id} route, so "credentials" is never taken for an id.
@@ -30,20 +31,24 @@ async def inference_credentials(session: SessionDep,
 
 @router.post("/v1/agents/{agent_id}/status")
 async def report_status(agent_id: AgentId, body: AgentStatus, session: SessionDep,
-                        principal: PrincipalDep) -> AgentOut:
-    return await service.report_status(session, principal, agent_id, body)
+                        principal: PrincipalDep, ctx: CtxDep) -> AgentOut:
+    return await service.report_status(
+        session, principal, agent_id, body, stale_after_s=ctx.settings.agent_stale_after_s,
+        fleet_note=ctx.fleet.noted if ctx.fleet is not None else None)
 
 
 @router.get("/v1/agents")
-async def list_agents(session: SessionDep, principal: PrincipalDep,
-                      stale_after_s: StaleAfter = service.DEFAULT_STALE_AFTER_S,
+async def list_agents(session: SessionDep, principal: PrincipalDep, ctx: CtxDep,
+                      stale_after_s: StaleAfter = None,
                       base_model: str | None = None) -> AgentList:
-    return await service.list_agents(session, principal, stale_after_s=stale_after_s,
-                                     base_model=base_model)
+    return await service.list_agents(
+        session, principal, stale_after_s=stale_after_s or ctx.settings.agent_stale_after_s,
+        base_model=base_model)
 
 
 @router.get("/v1/adapters/{name}/rollout")
 async def adapter_rollout(name: str, session: SessionDep, principal: PrincipalDep,
-                          stale_after_s: StaleAfter = service.DEFAULT_STALE_AFTER_S
-                          ) -> RolloutOut:
-    return await service.adapter_rollout(session, principal, name, stale_after_s=stale_after_s)
+                          ctx: CtxDep, stale_after_s: StaleAfter = None) -> RolloutOut:
+    return await service.adapter_rollout(
+        session, principal, name,
+        stale_after_s=stale_after_s or ctx.settings.agent_stale_after_s)

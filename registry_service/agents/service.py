@@ -6,6 +6,7 @@ An agent's report replaces its previous one. Tenant-scoped readers see every age
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import AgentStatus
 from registry_service.adapters.models import Adapter
+from registry_service.agents.fleet import record_fleet_change
 from registry_service.agents.models import AgentRow
 from registry_service.agents.rollout import (
     AgentReport,
@@ -63,23 +65,36 @@ def _apply(row: AgentRow, status: AgentStatus, now: datetime) -> None:
         row.status = status.model_dump(mode="json")
 
 
-async def upsert_agent_status(session: AsyncSession, status: AgentStatus) -> AgentRow:
-    """Store a report and mark the agent seen now; the caller commits.
+def _was_live(row: AgentRow | None, base_model: str, since: datetime) -> bool:
+    return (row is not None and row.base_model == base_model
+            and _utc(row.last_seen_at) >= since)
+
+
+async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
+                              stale_after_s: float = DEFAULT_STALE_AFTER_S
+                              ) -> tuple[AgentRow, bool]:
+    """Store a report and mark the agent seen now; the caller commits. Returns the row
+    and whether the agent was live (of the report's base model) before it.
 
     Also the entry point for reports that arrive some other way than HTTP. The report's
     time is capped at the registry's clock: an agent whose clock runs ahead would
-    otherwise make every later report look older, and its status would freeze.
+    otherwise make every later report look older, and its status would freeze. A
+    leaving agent's report makes it stale at once.
     """
     now = utcnow()
     if _utc(status.time) > now:
         status = status.model_copy(update={"time": now})
     row = await session.get(AgentRow, status.agent_id, with_for_update=True)
+    since = now - timedelta(seconds=stale_after_s)
+    was_live = _was_live(row, status.base_model, since)
     if row is not None:
         _apply(row, status, now)
     else:
         row = await _insert_agent(session, status, now)
-    row.last_seen_at = now
-    return row
+    # A second more than the window: stale whatever clock reading compares it next.
+    row.last_seen_at = (now if not status.leaving
+                        else min(_utc(row.last_seen_at), since - timedelta(seconds=1)))
+    return row, was_live
 
 
 async def _insert_agent(session: AsyncSession, status: AgentStatus,
@@ -121,16 +136,30 @@ async def _bind_agent_token(session: AsyncSession, principal: Principal,
                         detail={"agent_id": agent_id, "token_agent_id": bound})
 
 
+FleetNote = Callable[[str, list[str]], None]
+
+
 async def report_status(
-    session: AsyncSession, principal: Principal, agent_id: str, status: AgentStatus
+    session: AsyncSession, principal: Principal, agent_id: str, status: AgentStatus, *,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S, fleet_note: FleetNote | None = None,
 ) -> AgentOut:
+    """Store the report; a join or a leave of the live fleet records ``fleet_changed``
+    in the same transaction, and ``fleet_note`` hears of it after the commit."""
     principal.require(Role.AGENT)
     _check_report(agent_id, status)
     await _bind_agent_token(session, principal, agent_id)
-    row = await upsert_agent_status(session, status)
+    row, was_live = await upsert_agent_status(session, status, stale_after_s=stale_after_s)
+    changed: list[str] | None = None
+    if was_live == status.leaving:  # joined, or left
+        changed = await live_agent_ids(session, status.base_model, stale_after_s=stale_after_s)
+        record_fleet_change(session, status.base_model, changed,
+                            joined=[] if status.leaving else [agent_id],
+                            left=[agent_id] if status.leaving else [])
     await session.commit()
-    return _out(row, AgentStatus.model_validate(row.status), now=row.last_seen_at,
-                stale_after_s=DEFAULT_STALE_AFTER_S)
+    if changed is not None and fleet_note is not None:
+        fleet_note(status.base_model, changed)
+    return _out(row, AgentStatus.model_validate(row.status), now=utcnow(),
+                stale_after_s=stale_after_s)
 
 
 def _out(row: AgentRow, status: AgentStatus, *, now: datetime,

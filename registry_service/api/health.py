@@ -54,5 +54,5 @@ async def readyz(ctx: CtxDep) -> JSONResponse:
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                              "description": "Prometheus text exposition"}})
 async def metrics(ctx: CtxDep) -> Response:
-    await refresh_fleet_metrics(ctx.db, ctx.metrics)
+    await refresh_fleet_metrics(ctx.db, ctx.metrics, ctx.settings.agent_stale_after_s)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -31,6 +30,7 @@ from sqlalchemy import String, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry_service.auth.roles import Principal
+from registry_service.background import BackgroundTask
 from registry_service.blobs.base import BlobStore, StoredBlob
 from registry_service.blobs.leases import claim_for_collection, drop_expired, release_collection
 from registry_service.db.base import utcnow
@@ -125,22 +125,13 @@ async def run_blob_gc(principal: Principal, db: Database, blobs: BlobStore,
     return await collect_garbage(db, blobs, settings)
 
 
-class BlobCollector:
+class BlobCollector(BackgroundTask):
     """Runs ``collect_garbage`` at start-up and then every ``blob_gc_interval_s``."""
+
+    task_name = "blob-gc"
 
     def __init__(self, db: Database, blobs: BlobStore, settings: RegistrySettings) -> None:
         self._db, self._blobs, self._settings = db, blobs, settings
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="blob-gc")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
 
     async def _run(self) -> None:
         while True:

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import DesiredAdapter, DesiredAlias, DesiredState
 from registry_service.adapters.models import Adapter
-from registry_service.agents.service import live_agent_ids
+from registry_service.agents.service import DEFAULT_STALE_AFTER_S, live_agent_ids
 from registry_service.aliases.service import alias_targets
 from registry_service.auth.roles import Principal, Role
 from registry_service.events.service import last_event_seq, last_stream_seq
@@ -46,7 +46,8 @@ async def _consistent_reads(session: AsyncSession) -> None:
 
 
 async def desired_state(
-    session: AsyncSession, principal: Principal, *, base_model: str, adapter: str | None = None
+    session: AsyncSession, principal: Principal, *, base_model: str, adapter: str | None = None,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S,
 ) -> DesiredState:
     """Every live adapter of ``base_model`` with its aliases that point at a version,
     and the routing rules to those adapters. Tenant tokens see their tenant only.
@@ -81,5 +82,5 @@ async def desired_state(
                                  aliases=aliases[a.id], replicas=a.replicas)
                   for a in adapters],
         routes=await rules_to(session, where),
-        agents=await live_agent_ids(session, base_model),
+        agents=await live_agent_ids(session, base_model, stale_after_s=stale_after_s),
     )

@@ -176,7 +176,8 @@ async def _leave(testbed: Testbed, fleet: Fleet, on_a: list[str], on_b: list[str
         hot = [n for n in on_a + on_b if "agent-a" in rollouts[n].hot]
         return rollouts if len(over) == 1 and len(hot) == 2 else None
 
-    # agent-b goes stale after the registry's 90 s; agent-a resyncs every 3 s.
+    # agent-b stopped gracefully: its last report says it is leaving, so the registry
+    # publishes the smaller fleet at once and agent-a re-places from that event.
     rollouts = await eventually(taken_over, timeout_s=240, retrying=RETRY_OVER_HTTP,
                                 what="agent-a owning all three, one over capacity")
     kept = [n for n in on_b if "agent-a" in rollouts[n].hot]

@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from devharness.adapters import make_adapter
 from devharness.services import NatsService
 from devharness.waiting import eventually
-from inference_agent.control.follower import Follower, consumer_name, key_for
-from inference_agent.control.keys import ALL, ROUTES
+from inference_agent.control.follower import Follower, consumer_name
+from inference_agent.control.keys import ALL, ROUTES, key_for
 from inference_agent.control.workqueue import Backoff
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.registry_client import RegistryLink

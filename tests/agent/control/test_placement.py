@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 
-from inference_agent.control.follower import key_for
-from inference_agent.control.keys import ALL
+from inference_agent.control.keys import ALL, key_for
 from inference_agent.control.placement import Placement
 from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.workqueue import Done

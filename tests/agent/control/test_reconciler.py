@@ -142,12 +142,14 @@ async def test_alias_moved_removed_and_adapter_deleted() -> None:
     w.swapper.moves.clear()
     w.registry.move("bot", "live", ref("bot", 2))
     w.registry.move("bot", "canary", None)
+    w.reconciler.notify("bot")  # a change no event carried: read again
     assert isinstance(await w.reconciler.reconcile("bot"), Done)
     # The removal takes a revision above the one held, so the table accepts it.
     assert w.swapper.moves == [("bot", "canary", 2, None), ("bot", "live", 2, 2)]
     assert w.serving("bot") == {"live": 2}
     del w.registry.adapters["bot"]
     w.swapper.moves.clear()
+    w.reconciler.notify("bot")
     assert isinstance(await w.reconciler.reconcile("bot"), Done)
     assert w.swapper.moves == [("bot", "live", 3, None)]
     assert w.routes.alias("bot", "live") == (0, None), "a deleted adapter is forgotten"
@@ -160,6 +162,7 @@ async def test_same_version_moved_back_only_records_the_revision() -> None:
     await w.reconciler.reconcile("bot")
     w.registry.adapters["bot"]["live"] = (5, ref("bot", 1))
     w.swapper.moves.clear()
+    w.reconciler.notify("bot")
     await w.reconciler.reconcile("bot")
     assert w.swapper.moves == []
     assert w.routes.alias("bot", "live")[0] == 5
@@ -170,6 +173,7 @@ async def test_retryable_failures_retry_then_mark_the_version_bad() -> None:
     w.registry.move("bot", "live", ref("bot", 1))
     await w.reconciler.reconcile("bot")
     w.registry.move("bot", "live", ref("bot", 2))
+    w.reconciler.notify("bot")
     w.swapper.errors[("bot", 2)] = FetchFailed("sha256 mismatch")
     outcomes = [await w.reconciler.reconcile("bot") for _ in range(3)]
     assert [type(o) for o in outcomes] == [Retry, Retry, Failed]
@@ -185,6 +189,7 @@ async def test_retryable_failures_retry_then_mark_the_version_bad() -> None:
     assert w.swapper.moves == []
     # A new desired version is tried, and the old mark is dropped.
     w.registry.move("bot", "live", ref("bot", 3))
+    w.reconciler.notify("bot")
     assert isinstance(await w.reconciler.reconcile("bot"), Done)
     assert w.serving("bot") == {"live": 3}
     assert w.reconciler.failures() == []
@@ -291,6 +296,7 @@ async def test_restarted_history_is_reapplied() -> None:
     assert w.routes.alias("bot", "live")[0] == 2
     # Re-created: revision 1 again, other weights.
     w.registry.adapters["bot"] = {"live": (1, ref("bot", 1, salt="new"))}
+    w.reconciler.notify("bot")
     assert isinstance(await w.reconciler.reconcile("bot"), Done)
     _rev, served = w.routes.alias("bot", "live")
     assert served is not None and served.digest == ref("bot", 1, salt="new").digest

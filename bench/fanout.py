@@ -1,0 +1,313 @@
+"""Fan-out: one push reaching every agent of a fleet, and a fleet change, against one
+registry; what the registry spends per event as the fleet grows.
+
+The fleet (``bench/fanout_fleet.py``): one registry on Postgres, SeaweedFS and NATS,
+real ``loraplane agent`` processes, and one **stand-in for vLLM**
+(``devharness/vllm_standin.py``: only list, load and unload, no model) with one port
+per agent. Agents start in steps (``--steps 25,50,100``); at each size:
+
+- **Push:** a new version of ``fanout-all`` (placed on every agent: replicas 1000) is
+  uploaded with ``live``. Per agent, from the push being sent: when the stand-in
+  answered the agent's load of the new version (``loaded``), and when the registry
+  received the agent's report listing it loaded (``reported``: the row's
+  ``last_seen_at``, read from the database, so watching costs the registry nothing).
+  Also the registry's CPU time over the push (``/proc``), the events it published and
+  the requests it served, by route, from its own ``/metrics``.
+
+Then, at the last size, **a fleet change:** ``--change`` agents stop (SIGTERM: each
+tells the registry it leaves), and once the fleet has settled, as many new agents start.
+``--placed`` adapters with ``--replicas`` each are placed by rendezvous hashing; after
+each phase the loads and unloads the stand-in answered are counted against the minimum
+the placement implies (every adapter an agent newly owns is loaded once; nothing needs
+unloading), once every live agent has its owned adapters loaded and has reported them.
+
+    .venv/bin/python -m bench.fanout --steps 25,50,100 --placed 100 --replicas 2 --change 10
+
+``tests/bench/test_fanout.py`` runs a small version (8 agents) in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import cpu_seconds, machine_summary, percentile
+from bench.fanout_fleet import BASE_MODEL, Fleet, agent_reports, requests_by_route, running_fleet
+from devharness.adapters import make_adapter
+from devharness.testbed import metric
+from devharness.waiting import eventually
+from loraplane.client import AsyncRegistryClient
+from loraplane.placement import assignment
+
+PUSHED = "fanout-all"
+EVERY_AGENT = 1000  # replicas above any fleet here: every agent owns it
+TENANT = "bench"
+SETTLE_TIMEOUT_S = 900.0
+
+
+def adapter_folder(work: Path, seed: int) -> Path:
+    return make_adapter(work / "adapters" / f"seed-{seed}", rank=4, alpha=8,
+                        targets=("q_proj", "v_proj"), base_model=BASE_MODEL, seed=seed)
+
+
+@dataclass
+class PushResult:
+    agents: int
+    version: int
+    answered_s: float
+    loaded_s: list[float]
+    reported_s: list[float]
+    registry_cpu_s: float
+    events_published: float
+    requests: dict[str, float]
+
+    def row(self) -> dict[str, Any]:
+        return {"agents": self.agents, "push_answered_ms": round(self.answered_s * 1000, 1),
+                "loaded_p50_ms": round(percentile(self.loaded_s, 50) * 1000, 1),
+                "loaded_p99_ms": round(percentile(self.loaded_s, 99) * 1000, 1),
+                "reported_p50_ms": round(percentile(self.reported_s, 50) * 1000, 1),
+                "reported_p99_ms": round(percentile(self.reported_s, 99) * 1000, 1),
+                "reported_max_ms": round(max(self.reported_s) * 1000, 1),
+                "registry_cpu_s": round(self.registry_cpu_s, 3),
+                "events_published": self.events_published,
+                "desired_reads": self.requests.get("GET /v1/desired", 0.0),
+                "requests": self.requests}
+
+
+def _delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in sorted(after.items())
+            if v - before.get(k, 0.0) > 0}
+
+
+async def _reported(fleet: Fleet, agents: Sequence[str], name: str) -> dict[str, float]:
+    """agent -> when the registry received its report listing ``name`` loaded."""
+    seen: dict[str, float] = {}
+
+    async def everyone() -> bool:
+        for agent_id, report in (await agent_reports(fleet.database)).items():
+            if agent_id in agents and agent_id not in seen and name in report["loaded"]:
+                seen[agent_id] = report["_seen"].timestamp()
+        return len(seen) == len(agents)
+
+    await eventually(everyone, timeout_s=SETTLE_TIMEOUT_S, interval_s=0.05,
+                     what=f"every agent reporting {name} loaded")
+    return seen
+
+
+async def push_once(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushResult:
+    agents = fleet.live()
+    ports = {fleet.port_of(a): a for a in agents}
+    mark = len(fleet.standin.state()["calls"])
+    metrics_before = fleet.registry.metrics()
+    cpu_before = cpu_seconds(fleet.registry_pid()) or 0.0
+    sent = time.time()
+    pushed = await api.push(PUSHED, folder)
+    answered = time.time() - sent
+    name = f"{PUSHED}@{pushed.version}"
+    reported = await _reported(fleet, agents, name)
+    cpu = (cpu_seconds(fleet.registry_pid()) or 0.0) - cpu_before
+    metrics_after = fleet.registry.metrics()
+    loads = {ports[c["port"]]: c["at"] for c in fleet.standin.state(mark)["calls"]
+             if c["action"] == "load" and c["name"] == name and c["port"] in ports}
+    assert set(loads) == set(agents), f"stand-in saw no load of {name} from some agents"
+    requests = _delta(requests_by_route(metrics_after), requests_by_route(metrics_before))
+    requests["GET /metrics"] = requests.get("GET /metrics", 1.0) - 1  # the bench's own
+    events = metric(metrics_after, "loraplane_registry_events_published_total") - \
+        metric(metrics_before, "loraplane_registry_events_published_total")
+    return PushResult(len(agents), pushed.version, answered,
+                      [loads[a] - sent for a in agents],
+                      [reported[a] - sent for a in agents], cpu, events, requests)
+
+
+# --- the fleet change --------------------------------------------------------------------
+
+
+def owned_by(owners: Mapping[str, set[str]], agent_id: str) -> set[str]:
+    return {adapter for adapter, agents in owners.items() if agent_id in agents}
+
+
+def owner_changes(before: Mapping[str, set[str]], after: Mapping[str, set[str]],
+                  live: Sequence[str]) -> int:
+    """(adapter, agent) pairs rendezvous placement adds: each adapter a live agent newly
+    owns."""
+    return sum(len(owned_by(after, a) - owned_by(before, a)) for a in live)
+
+
+def minimum_loads(loaded: Mapping[str, set[str]], fleets: Sequence[Sequence[str]],
+                  replicas: Mapping[str, int | None]) -> int:
+    """The fewest loads that take the fleet through ``fleets`` (one after the other),
+    each agent keeping its owned adapters loaded: a newly owned adapter is loaded once,
+    unless the agent still has it loaded (an owner that lost it keeps it until LRU needs
+    the slot). Nothing needs unloading."""
+    held = {agent: set(adapters) for agent, adapters in loaded.items()}
+    total = 0
+    for fleet in fleets:
+        owners = assignment(fleet, replicas)
+        for agent in fleet:
+            gained = owned_by(owners, agent) - held.setdefault(agent, set())
+            total += len(gained)
+            held[agent] |= gained
+    return total
+
+
+def loaded_adapters(fleet: Fleet, versions: Mapping[str, int]) -> dict[str, set[str]]:
+    """agent -> the adapters whose current version the stand-in has loaded for it."""
+    loaded = fleet.standin.state(10**9)["loaded"]
+    current = {f"{a}@{v}": a for a, v in versions.items()}
+    return {agent: {current[n] for n in loaded.get(str(fleet.port_of(agent)), [])
+                    if n in current} for agent in fleet.live()}
+
+
+async def _settled(fleet: Fleet, owners: Mapping[str, set[str]],
+                   versions: Mapping[str, int]) -> None:
+    """Every live agent has its owned adapters loaded and has reported owning them."""
+    live = fleet.live()
+
+    async def done() -> bool:
+        loaded = fleet.standin.state(10**9)["loaded"]
+        reports = await agent_reports(fleet.database)
+        for agent_id in live:
+            mine = owned_by(owners, agent_id)
+            names = {f"{a}@{versions[a]}" for a in mine}
+            if not names <= set(loaded.get(str(fleet.port_of(agent_id)), [])):
+                return False
+            tiers = reports.get(agent_id, {}).get("tiers", [])
+            if {t["adapter"] for t in tiers if t["owned"]} != mine:
+                return False
+        return True
+
+    await eventually(done, timeout_s=SETTLE_TIMEOUT_S, interval_s=0.2,
+                     what="the fleet settling on its placement")
+
+
+def _moves(fleet: Fleet, mark: int) -> dict[str, int]:
+    ports = {fleet.port_of(a) for a in fleet.live()}
+    calls = [c for c in fleet.standin.state(mark)["calls"] if c["port"] in ports]
+    return {"loads": sum(c["action"] == "load" for c in calls),
+            "unloads": sum(c["action"] == "unload" for c in calls)}
+
+
+async def _leave(fleet: Fleet, replicas: Mapping[str, int | None],
+                 versions: Mapping[str, int], leaving: Sequence[str]) -> dict[str, Any]:
+    """Stop ``leaving`` at once: leaves only add owners, so the order they are seen in
+    does not change what the survivors must load."""
+    before, loaded = assignment(fleet.live(), replicas), loaded_adapters(fleet, versions)
+    mark, started = len(fleet.standin.state()["calls"]), time.time()
+    fleet.stop_agents(leaving)
+    after = assignment(fleet.live(), replicas)
+    await _settled(fleet, after, versions)
+    return {**_moves(fleet, mark), "owner_changes": owner_changes(before, after, fleet.live()),
+            "min_loads": minimum_loads(loaded, [fleet.live()], replicas), "min_unloads": 0,
+            "settled_s": round(time.time() - started, 2)}
+
+
+async def _join(fleet: Fleet, replicas: Mapping[str, int | None],
+                versions: Mapping[str, int], count: int) -> dict[str, Any]:
+    """Start ``count`` agents one after the other (a rolling join): two agents starting
+    at the same moment would not yet see each other, and both load what one will own."""
+    before, loaded = assignment(fleet.live(), replicas), loaded_adapters(fleet, versions)
+    mark, started = len(fleet.standin.state()["calls"]), time.time()
+    fleets = []
+    for _ in range(count):
+        fleet.add_agents(1, prefix="joined")
+        fleets.append(fleet.live())
+    after = assignment(fleet.live(), replicas)
+    await _settled(fleet, after, versions)
+    return {**_moves(fleet, mark), "owner_changes": owner_changes(before, after, fleet.live()),
+            "min_loads": minimum_loads(loaded, fleets, replicas), "min_unloads": 0,
+            "settled_s": round(time.time() - started, 2)}
+
+
+async def change_fleet(fleet: Fleet, replicas: Mapping[str, int | None],
+                       versions: Mapping[str, int], change: int) -> dict[str, Any]:
+    before = fleet.live()
+    leaving = before[::max(1, len(before) // change)][:change]
+    left = await _leave(fleet, replicas, versions, leaving)
+    joined = await _join(fleet, replicas, versions, change)
+    return {"stopped": leaving, "started": sorted(set(fleet.live()) - set(before)),
+            "leave": left, "join": joined}
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+async def _prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: int,
+                   replicas: int) -> tuple[dict[str, int | None], dict[str, int]]:
+    """Create and publish every adapter; adapter -> replicas, adapter -> live version."""
+    setting: dict[str, int | None] = {PUSHED: EVERY_AGENT}
+    setting.update({f"placed-{i:03d}": replicas for i in range(placed)})
+    folder = adapter_folder(work, 0)
+
+    async def publish(name: str) -> int:
+        await api.create_adapter(name, BASE_MODEL, tenant=TENANT, replicas=setting[name])
+        return (await api.push(name, folder)).version
+
+    names = list(setting)
+    versions: dict[str, int] = {}
+    # Four at a time: the registry's limit of uploads in flight per token.
+    for start in range(0, len(names), 4):
+        chunk = names[start:start + 4]
+        versions.update(zip(chunk, await asyncio.gather(*map(publish, chunk)), strict=True))
+    return setting, versions
+
+
+async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
+              change: int) -> dict[str, Any]:
+    result: dict[str, Any] = {"machine": machine_summary(), "steps": list(steps),
+                              "placed": placed, "replicas": replicas, "change": change,
+                              "pushes": []}
+    async with running_fleet(work, ports=max(steps) + change) as fleet:
+        api = AsyncRegistryClient(fleet.registry.url, fleet.registry.admin_token)
+        try:
+            setting, versions = await _prepare(fleet, api, work, placed, replicas)
+            last = max(steps)
+            fleet.make_tokens([*(f"agent-{i:03d}" for i in range(last)),
+                               *(f"joined-{i:03d}" for i in range(last, last + change))])
+            for size in steps:
+                fleet.add_agents(size - len(fleet.agents))
+                await _settled(fleet, assignment(fleet.live(), setting), versions)
+                push = await push_once(fleet, api, adapter_folder(work, size))
+                versions[PUSHED] = push.version
+                result["pushes"].append(push.row())
+                print(json.dumps(push.row()), flush=True)
+            result["fleet_change"] = await change_fleet(fleet, setting, versions, change)
+            print(json.dumps(result["fleet_change"]), flush=True)
+        finally:
+            await api.aclose()
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="fan-out to many agents")
+    parser.add_argument("--steps", default="25,50,100",
+                        help="fleet sizes to push at, comma-separated, growing")
+    parser.add_argument("--placed", type=int, default=100, help="adapters with a placement")
+    parser.add_argument("--replicas", type=int, default=2, help="replicas of each of them")
+    parser.add_argument("--change", type=int, default=10, help="agents stopped, then started")
+    parser.add_argument("--work-dir", type=Path)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args(argv)
+    steps = [int(s) for s in args.steps.split(",")]
+    # A SIGTERM ends the run like ^C does: every process stopped, the database dropped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with tempfile.TemporaryDirectory(prefix="fanout-", dir=args.work_dir) as tmp:
+        result = asyncio.run(run(Path(tmp), steps=steps, placed=args.placed,
+                                 replicas=args.replicas, change=args.change))
+    result["machine_end"] = machine_summary()
+    text = json.dumps(result, indent=2, default=str)
+    if args.json_out is not None:
+        args.json_out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,155 @@
+"""A stand-in for vLLM that implements only the calls an agent makes to it, for fleet
+benchmarks where a real vLLM per agent would not fit on one machine.
+
+It is not vLLM and runs no model. It answers what ``inference_agent/node/vllm_client.py``
+asks, the way vLLM's OpenAI server does (see docs/vllm.md): ``GET /v1/models`` (the base
+model and every loaded adapter with ``parent``), ``POST /v1/load_lora_adapter`` (200;
+400 "has already been loaded"; 404 for a path that does not exist),
+``POST /v1/unload_lora_adapter`` (200, or 404 for an unknown name), ``GET /health``
+and ``GET /metrics`` (an empty page: the agent's mirror of vLLM's series then has
+nothing to pass on).
+
+One process listens on many ports, one per agent, each with its own set of loaded
+names, so a hundred agents need one stand-in. Every load and unload is recorded with
+its wall-clock time and port; ``GET /_standin/calls?after=N`` lists them (from any
+port), which is how a benchmark counts the moves that follow a fleet change.
+
+    python -m devharness.vllm_standin --ports 100 --ports-file ports.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+BASE_MODEL = "base"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One load or unload the stand-in answered 200."""
+
+    seq: int
+    at: float
+    port: int
+    action: str
+    name: str
+
+
+class StandIn:
+    """The state of every port: the names loaded there, and the calls so far."""
+
+    def __init__(self, base_model: str = BASE_MODEL) -> None:
+        self.base_model = base_model
+        self.loaded: dict[int, set[str]] = {}
+        self.calls: list[Call] = []
+
+    def _record(self, port: int, action: str, name: str) -> None:
+        self.calls.append(Call(len(self.calls) + 1, time.time(), port, action, name))
+
+    def models(self, port: int) -> dict[str, Any]:
+        data = [{"id": self.base_model, "object": "model", "parent": None}]
+        data += [{"id": name, "object": "model", "parent": self.base_model}
+                 for name in sorted(self.loaded.get(port, ()))]
+        return {"object": "list", "data": data}
+
+    def load(self, port: int, name: str, path: str) -> Response:
+        names = self.loaded.setdefault(port, set())
+        if name in names:
+            return _error(400, f"The lora adapter '{name}' has already been loaded. "
+                               "If you want to load the adapter in place, set 'load_inplace'"
+                               " to True.")
+        if not Path(path).is_dir():
+            return _error(404, f"No adapter found for {path}")
+        names.add(name)
+        self._record(port, "load", name)
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
+
+    def unload(self, port: int, name: str) -> Response:
+        names = self.loaded.setdefault(port, set())
+        if name not in names:
+            return _error(404, f"The lora adapter '{name}' cannot be found.")
+        names.discard(name)
+        self._record(port, "unload", name)
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "BadRequestError",
+                                   "param": None, "code": status}}, status_code=status)
+
+
+def _port(request: Request) -> int:
+    server = request.scope.get("server")
+    return int(server[1]) if server else 0
+
+
+def create_app(state: StandIn) -> Starlette:
+    async def models(request: Request) -> Response:
+        return JSONResponse(state.models(_port(request)))
+
+    async def load(request: Request) -> Response:
+        body = await request.json()
+        return state.load(_port(request), str(body.get("lora_name")),
+                          str(body.get("lora_path")))
+
+    async def unload(request: Request) -> Response:
+        body = await request.json()
+        return state.unload(_port(request), str(body.get("lora_name")))
+
+    async def metrics(_request: Request) -> Response:
+        return PlainTextResponse("")
+
+    async def health(_request: Request) -> Response:
+        return PlainTextResponse("")
+
+    async def calls(request: Request) -> Response:
+        after = int(request.query_params.get("after", "0"))
+        return JSONResponse({"calls": [asdict(c) for c in state.calls[after:]],
+                             "loaded": {str(p): sorted(n) for p, n in state.loaded.items()}})
+
+    return Starlette(routes=[
+        Route("/v1/models", models), Route("/v1/load_lora_adapter", load, methods=["POST"]),
+        Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
+        Route("/metrics", metrics), Route("/health", health),
+        Route("/_standin/calls", calls)])
+
+
+def _listen(count: int) -> list[socket.socket]:
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_server(("127.0.0.1", 0), backlog=512)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sockets.append(sock)
+    return sockets
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--ports", type=int, required=True, help="how many ports to serve")
+    parser.add_argument("--ports-file", type=Path, required=True,
+                        help="where to write the ports (JSON), once all listen")
+    args = parser.parse_args(argv)
+    sockets = _listen(args.ports)
+    ports = [s.getsockname()[1] for s in sockets]
+    tmp = args.ports_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"ports": ports}))
+    tmp.replace(args.ports_file)
+    config = uvicorn.Config(create_app(StandIn()), log_level="warning", access_log=False)
+    asyncio.run(uvicorn.Server(config).serve(sockets=sockets))
+
+
+if __name__ == "__main__":
+    main()
