@@ -120,6 +120,7 @@ async def test_a_freed_slot_goes_to_an_adapter_over_capacity(tmp_path: Path) -> 
     host = await settled(tmp_path)
     placement = host.reconciler.placement
     host.registry.replicas["own-0"] = None  # placement cleared: own-0 is owned no more
+    host.reconciler.notify("own-0")  # as its placement_changed event does: read it again
     assert isinstance(await host.reconciler.reconcile("own-0"), Done)
     assert placement.kept() == {"own-1"}
     # The adapters waiting over capacity were queued; the first to run takes the slot.
