@@ -136,7 +136,7 @@ class S3BlobStore:
         upload_max_attempts: int = 3,
         part_size_mb: int = 16,
         upload_concurrency: int = 4,
-        stream_part_mb: int = 8,
+        stream_part_mb: int = 5,
         stream_parts_in_flight: int = 2,
     ) -> None:
         self.bucket = bucket

@@ -23,7 +23,7 @@ from registry_service.blobs.base import blob_key
 
 
 def big_adapter(folder: Path, **options: Any) -> Path:
-    """Over one 8 MiB part of the S3 store: the weights go up as a multipart upload."""
+    """Over one 5 MiB part of the S3 store: the weights go up as a multipart upload."""
     return make_adapter(folder, hidden=1024, intermediate=2048, rank=64, layers=12, **options)
 
 
