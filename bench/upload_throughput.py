@@ -545,6 +545,19 @@ def run_uploads(args: argparse.Namespace, work: Path, adapter: Path) -> tuple[
     return samples, profiled
 
 
+def report(document: dict[str, Any], table_text: str, json_out: Path | None) -> None:
+    """The table, the commit and the machine for people; then the JSON document."""
+    commit = document["commit"]
+    print(table_text)
+    dirty = " (with uncommitted changes)" if commit["dirty"] else ""
+    print(f"commit: {commit['commit']}{dirty}")
+    print(f"machine: {document['machine']}")
+    text = json.dumps(document, indent=2)
+    print(text)
+    if json_out is not None:
+        json_out.write_text(text + "\n")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_worker"]:
@@ -571,19 +584,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         if profiled is not None and args.py_spy is not None:
             summary["profile"] = summarize_profile(args.py_spy)
             summary["profiled_run"] = asdict(profiled)
-        print(render(samples, summary))
-        dirty = " (with uncommitted changes)" if commit["dirty"] else ""
-        print(f"commit: {commit['commit']}{dirty}")
-        print(f"machine: {machine}")
         document = {"benchmark": "upload_throughput", "db": args.db, "commit": commit,
                     "machine": machine,
                     "adapter": {"layers": layers, "rank": RANK, "dtype": "float32",
                                 "safetensors_bytes": size, "total_bytes": total},
                     "summary": summary, "samples": [asdict(s) for s in samples]}
-        text = json.dumps(document, indent=2)
-        print(text)
-        if args.json_out is not None:
-            args.json_out.write_text(text + "\n")
+        report(document, render(samples, summary), args.json_out)
         return document
     finally:
         shutil.rmtree(work, ignore_errors=True)
