@@ -237,7 +237,8 @@ def services(work: Path, db_kind: str) -> Iterator[Services]:
 
 
 @contextmanager
-def registry_process(work: Path, svc: Services, size_bytes: int) -> Iterator[Registry]:
+def registry_process(work: Path, svc: Services, size_bytes: int,
+                     parts_in_flight: int) -> Iterator[Registry]:
     limit = max(2 * 1024**3, size_bytes + 64 * MIB)
     with running_registry(work / "registry", {
         "LORAPLANE_DATABASE_URL": svc.database_url,
@@ -252,6 +253,7 @@ def registry_process(work: Path, svc: Services, size_bytes: int) -> Iterator[Reg
         "LORAPLANE_ADMIN_TOKEN": ADMIN_TOKEN,
         "LORAPLANE_MAX_FILE_BYTES": str(limit),
         "LORAPLANE_MAX_UPLOAD_BYTES": str(2 * limit),
+        "LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT": str(parts_in_flight),
     }) as registry:
         yield registry
 
@@ -504,6 +506,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--undeclared", action="store_true",
                         help="also push without Content-Digest (temporary key + copy)")
     parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--parts-in-flight", type=int, default=2,
+                        help="the registry's LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT (default 2)")
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
                         help="after the timed runs, profile one more registry upload with "
                              "py-spy (pip install py-spy) and write its raw stacks to FILE")
@@ -527,7 +531,8 @@ def run_uploads(args: argparse.Namespace, work: Path, adapter: Path) -> tuple[
     kinds = [RAW, DECLARED, *([UNDECLARED] if args.undeclared else [])]
     samples: list[Sample] = []
     profiled: Sample | None = None
-    with services(work, args.db) as svc, registry_process(work, svc, size) as registry:
+    with services(work, args.db) as svc, registry_process(work, svc, size,
+                                                                args.parts_in_flight) as registry:
         _s3_client(svc).create_bucket(Bucket="bench-raw")
         for run in range(1, args.repeat + 1):
             shift = (run - 1) % len(kinds)
@@ -585,7 +590,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             summary["profile"] = summarize_profile(args.py_spy)
             summary["profiled_run"] = asdict(profiled)
         document = {"benchmark": "upload_throughput", "db": args.db, "commit": commit,
-                    "machine": machine,
+                    "machine": machine, "parts_in_flight": args.parts_in_flight,
                     "adapter": {"layers": layers, "rank": RANK, "dtype": "float32",
                                 "safetensors_bytes": size, "total_bytes": total},
                     "summary": summary, "samples": [asdict(s) for s in samples]}
