@@ -13,20 +13,21 @@ Everything is real and runs in separate processes on this machine:
 - the baseline is ``boto3`` ``upload_file`` of the same file to the same S3, with the
   registry's own transfer settings (16 MiB parts, 4 threads), in a worker process.
 
-For each repeat the two uploads alternate (raw first). A registry upload is timed end
-to end as the user sees it: the body streamed to the registry, hashed and written to
-staging, validated (header, then a NaN/Inf scan of every value), stored in S3, and the
-version committed. Peak RSS of the registry comes from its kernel high-water mark
-(VmHWM, reset before each upload) and 20 Hz VmRSS sampling; the workers report their
-own VmHWM at the end.
+Each round uploads the same file once of each kind, in an order that rotates from round
+to round: raw boto3, ``loraplane push`` (which declares each file's sha-256, so the
+registry streams the weights to their final key), and with ``--undeclared`` the same
+push without the declaration (the registry streams to a temporary key and copies it
+server-side at the end). The ratio that counts is per round (registry MiB/s over raw
+MiB/s in the same round); the summary gives its median and its spread over the rounds.
 
-The same 20 Hz sampling splits a registry upload into phases (receive, validate,
-S3 put + commit: see ``split_phases``) with the registry's CPU seconds in each, records
-where its event-loop thread waits in the kernel, and a thread GETs ``/healthz`` every
-100 ms to see whether the registry keeps answering other requests meanwhile.
-``--py-spy FILE`` profiles one more, untimed, registry upload.
+The registry's peak RSS is its kernel high-water mark (VmHWM, reset before each upload)
+with 20 Hz VmRSS sampling; its RSS before each upload shows growth from one upload to the
+next. A thread GETs ``/healthz`` every 100 ms to see whether the registry keeps answering
+other requests meanwhile. After every registry upload the bucket must hold exactly the
+version's blobs: no temporary object, no open multipart upload. ``--py-spy FILE``
+profiles one more, untimed, registry upload. The commit measured is recorded.
 
-    .venv/bin/python -m bench.upload_throughput --size-mb 1024 --repeat 3 --py-spy FILE
+    .venv/bin/python -m bench.upload_throughput --size-mb 1024 --repeat 7 --undeclared
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,15 +60,15 @@ from bench.common import (
     busy_share,
     cpu_counters,
     cpu_seconds,
+    git_commit,
     machine_summary,
-    proc_io,
-    proc_meminfo_kb,
     proc_status_kb,
     running_registry,
     table,
 )
 
 ADMIN_TOKEN = "lp_bench-upload-admin-token-0123456789"
+BUCKET = "bench-registry"
 TENANT = "bench"
 BASE_MODEL = "tiny-llama"
 # The shape of a Llama-2-7B, all seven projections targeted, float32: a rank-64 layer
@@ -75,7 +76,8 @@ BASE_MODEL = "tiny-llama"
 HIDDEN, INTERMEDIATE, HEADS = 4096, 11008, 32
 ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RANK = 64
-# The registry's S3BlobStore defaults (registry_service/blobs/s3.py).
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+# The registry's S3BlobStore defaults for upload_file (registry_service/blobs/s3.py).
 PART_MIB = 16
 UPLOAD_THREADS = 4
 
@@ -121,14 +123,24 @@ def _self_report(t0: float, t1: float, cpu0: float,
 
 
 def worker_push(spec: dict[str, Any]) -> dict[str, Any]:
-    """``loraplane push`` in this process; stdout carries the CLI's JSON result."""
+    """``loraplane push`` in this process; stdout carries the CLI's JSON result.
+
+    Undeclared, the same client call sends the files without their Content-Digest."""
+    from loraplane.client import FilePart, RegistryClient  # noqa: PLC0415
     from loraplane_cli.main import cli  # noqa: PLC0415 - the worker's own imports
 
     argv = ["--registry", spec["registry"], "--token", spec["token"], "--json",
             "--timeout", "60", "push", spec["adapter"], spec["folder"], "--alias", "live"]
+    folder = Path(spec["folder"])
     rss, cpu0 = proc_status_kb("self", "VmRSS"), _cpu()
     t0 = time.monotonic()
-    code = cli.main(args=argv, prog_name="loraplane", standalone_mode=False)
+    if spec["declared"]:
+        code = cli.main(args=argv, prog_name="loraplane", standalone_mode=False)
+    else:
+        parts = [FilePart.of("files", folder / n) for n in ADAPTER_FILES]
+        with RegistryClient(spec["registry"], spec["token"], timeout_s=60) as client:
+            print(client.push(spec["adapter"], parts).model_dump_json())
+        code = 0
     t1 = time.monotonic()
     sys.stdout.flush()
     report = _self_report(t0, t1, cpu0, rss)
@@ -219,13 +231,14 @@ def services(work: Path, db_kind: str) -> Iterator[Services]:
 
 
 @contextmanager
-def registry_process(work: Path, svc: Services, size_bytes: int) -> Iterator[Registry]:
+def registry_process(work: Path, svc: Services, size_bytes: int,
+                     parts_in_flight: int) -> Iterator[Registry]:
     limit = max(2 * 1024**3, size_bytes + 64 * MIB)
     with running_registry(work / "registry", {
         "LORAPLANE_DATABASE_URL": svc.database_url,
         "LORAPLANE_AUTO_MIGRATE": "true",
         "LORAPLANE_S3_ENDPOINT": svc.s3_endpoint,
-        "LORAPLANE_S3_BUCKET": "bench-registry",
+        "LORAPLANE_S3_BUCKET": BUCKET,
         "LORAPLANE_S3_ACCESS_KEY": svc.access_key,
         "LORAPLANE_S3_SECRET_KEY": svc.secret_key,
         "LORAPLANE_S3_CREATE_BUCKET": "true",
@@ -234,11 +247,14 @@ def registry_process(work: Path, svc: Services, size_bytes: int) -> Iterator[Reg
         "LORAPLANE_ADMIN_TOKEN": ADMIN_TOKEN,
         "LORAPLANE_MAX_FILE_BYTES": str(limit),
         "LORAPLANE_MAX_UPLOAD_BYTES": str(2 * limit),
+        "LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT": str(parts_in_flight),
     }) as registry:
         yield registry
 
 
 # --- one run -------------------------------------------------------------------------------
+
+RAW, DECLARED, UNDECLARED = "raw boto3", "registry", "registry, undeclared"
 
 
 @dataclass
@@ -252,16 +268,11 @@ class Sample:
     client_cpu_s: float
     server_rss_before_mib: float | None = None
     server_peak_rss_mib: float | None = None
+    server_rss_after_mib: float | None = None
     server_cpu_s: float | None = None
     server_hwm_exact: bool | None = None
-    phases_s: dict[str, float] | None = None
     # GET /healthz on the registry every 100 ms during the upload.
     healthz_ms: dict[str, float] | None = None
-    # Kernel wait channel of the registry's event-loop thread, sampled at 20 Hz ("0" when
-    # running): during the whole upload, and while the body was being received.
-    event_loop_wchan: dict[str, int] | None = None
-    event_loop_wchan_receive: dict[str, int] | None = None
-    max_dirty_mib: float | None = None
     rss_timeline_mib: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -286,76 +297,9 @@ def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
     if report["stored_size"] != size:
         raise RuntimeError(f"raw upload stored {report['stored_size']} bytes, not {size}")
     s3.delete_object(Bucket="bench-raw", Key=key)
-    return Sample("raw boto3 upload_file", run, report["seconds"], size,
-                  size / MIB / report["seconds"], report["peak_rss_mib"], report["cpu_s"],
+    return Sample(RAW, run, report["seconds"], size, size / MIB / report["seconds"],
+                  report["peak_rss_mib"], report["cpu_s"],
                   healthz_ms=healthz.summary(since=report["start_monotonic"]))
-
-
-class StagingProbe:
-    """Sampled with the registry's RSS: the staged file's size, the registry's I/O and CPU
-    counters, the machine's dirty page cache, and where the registry's event-loop thread
-    (the main thread) waits in the kernel (its wchan; ``0`` while it runs)."""
-
-    def __init__(self, registry: Registry) -> None:
-        self.staging = registry.data_dir / "staging"
-        self.pid = registry.pid
-        self.wchans: list[tuple[float, str]] = []
-
-    def __call__(self) -> dict[str, int]:
-        staged = 0
-        for path in self.staging.glob("*/adapter_model.safetensors"):
-            with suppress(OSError):
-                staged = max(staged, path.stat().st_size)
-        io = proc_io(self.pid)
-        cpu = cpu_seconds(self.pid) or 0.0
-        try:
-            wchan = Path(f"/proc/{self.pid}/wchan").read_text().strip() or "0"
-        except OSError:
-            wchan = "?"
-        self.wchans.append((time.monotonic(), wchan))
-        return {"staged": staged, "rchar": io.get("rchar", 0), "wchar": io.get("wchar", 0),
-                "cpu_ms": int(cpu * 1000), "dirty_kb": proc_meminfo_kb("Dirty")}
-
-    def wchan_counts(self, start: float, end: float) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for t, wchan in self.wchans:
-            if start <= t <= end:
-                counts[wchan] = counts.get(wchan, 0) + 1
-        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
-
-
-def split_phases(rss: RssSampler, client_start: float, total_s: float,
-                 weights_size: int) -> dict[str, float] | None:
-    """Receive / validate / store+commit, from the staging file and the registry's reads.
-
-    Receiving ends when the staged safetensors file has every byte. Validation then
-    reads the data section once (the NaN/Inf scan, the last step of validation): it has
-    ended when the registry's ``rchar`` (bytes read by read calls) has grown by that
-    much. The rest is the S3 HEAD and put, and the commit. Resolution: the 50 ms
-    sampling interval. The registry's CPU seconds in each phase come along.
-    """
-    times = [rss.t0 + t for t, _ in rss.samples]
-    probes = rss.probes
-    received = next((i for i, p in enumerate(probes) if p["staged"] >= weights_size), None)
-    if received is None:
-        return None
-    base = probes[received]["rchar"]
-    storing = next((i for i in range(received, len(probes))
-                    if probes[i]["rchar"] - base >= weights_size - MIB), None)
-    if storing is None:
-        return None
-    end = client_start + total_s
-    first = next((i for i, t in enumerate(times) if t >= client_start), 0)
-
-    def cpu(a: int, b: int) -> float:
-        return (probes[b]["cpu_ms"] - probes[a]["cpu_ms"]) / 1000
-
-    return {"receive_s": times[received] - client_start,
-            "validate_s": times[storing] - times[received],
-            "store_and_commit_s": end - times[storing],
-            "receive_cpu_s": cpu(first, received),
-            "validate_cpu_s": cpu(received, storing),
-            "store_and_commit_cpu_s": cpu(storing, len(probes) - 1)}
 
 
 def py_spy_binary() -> Path:
@@ -383,62 +327,59 @@ def py_spy(pid: int, output: Path | None) -> Iterator[None]:
             spy.wait()
 
 
-def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
-                    out_dir: Path, profile: Path | None) -> Sample:
+def check_bucket_and_clear(svc: Services, files: list[dict[str, Any]]) -> None:
+    """The bucket holds exactly the version's blobs (no temporary object, no multipart
+    upload left open); then they go, so the next upload stores them again."""
     from registry_service.blobs.base import blob_key  # noqa: PLC0415
 
+    s3 = _s3_client(svc)
+    wanted = {blob_key(f["sha256"]): int(f["size"]) for f in files}
+    listing = s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])
+    found = {o["Key"]: int(o["Size"]) for o in listing}
+    open_uploads = s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+    if found != wanted or open_uploads:
+        raise RuntimeError(f"the bucket holds {found} and {len(open_uploads)} open "
+                           f"uploads, expected {wanted}")
+    for key in wanted:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+
+
+def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
+                    out_dir: Path, *, declared: bool, profile: Path | None = None) -> Sample:
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    name = f"bench-{run}"
+    name = f"bench-{run}-{'d' if declared else 'u'}"
     created = httpx.post(f"{registry.url}/v1/adapters", headers=headers, timeout=30,
                          json={"name": name, "base_model": BASE_MODEL, "tenant": TENANT})
     created.raise_for_status()
     pid = registry.pid
-    weights_size = (adapter / "adapter_model.safetensors").stat().st_size
     with py_spy(pid, profile):
         cpu0 = cpu_seconds(pid)
-        probe = StagingProbe(registry)
-        with RssSampler(pid, probe=probe) as rss, \
-                LatencyProbe(f"{registry.url}/healthz") as healthz:
+        with RssSampler(pid) as rss, LatencyProbe(f"{registry.url}/healthz") as healthz:
             report, stdout = run_worker("push", {
                 "registry": registry.url, "token": ADMIN_TOKEN, "adapter": name,
-                "folder": str(adapter)}, out_dir)
+                "folder": str(adapter), "declared": declared}, out_dir)
         cpu1 = cpu_seconds(pid)
     result = json.loads(stdout)
     size = sum(int(f["size"]) for f in result["files"])
     if not result.get("created") or result.get("total_size") != size:
         raise RuntimeError(f"unexpected upload result: {stdout[:2000]}")
-    # Verify S3 holds every file, then remove the blobs so the next run stores them again
-    # (blobs are content-addressed: a second upload of the same bytes skips the S3 put).
-    s3 = _s3_client(svc)
-    for item in result["files"]:
-        key = blob_key(item["sha256"])
-        stored = s3.head_object(Bucket="bench-registry", Key=key)["ContentLength"]
-        if stored != item["size"]:
-            raise RuntimeError(f"S3 holds {stored} bytes for {item['name']}, not {item['size']}")
-        s3.delete_object(Bucket="bench-registry", Key=key)
+    check_bucket_and_clear(svc, result["files"])
     step = max(1, len(rss.samples) // 60)
     timeline = [(round(t, 2), round(kb / 1024, 1)) for t, kb in rss.samples[::step]]
-    start = report["start_monotonic"]
-    phases = split_phases(rss, start, report["seconds"], weights_size)
-    receive_s = phases["receive_s"] if phases else report["seconds"]
     return Sample(
-        "registry (loraplane push)", run, report["seconds"], size,
+        DECLARED if declared else UNDECLARED, run, report["seconds"], size,
         size / MIB / report["seconds"], report["peak_rss_mib"], report["cpu_s"],
         server_rss_before_mib=rss.start_kb / 1024, server_peak_rss_mib=rss.peak_kb / 1024,
+        server_rss_after_mib=(proc_status_kb(pid, "VmRSS") or 0) / 1024,
         server_cpu_s=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-        server_hwm_exact=rss.hwm_reset,
-        phases_s=phases, healthz_ms=healthz.summary(since=start),
-        event_loop_wchan=probe.wchan_counts(start, start + report["seconds"]),
-        event_loop_wchan_receive=probe.wchan_counts(start, start + receive_s),
-        max_dirty_mib=max((p["dirty_kb"] for p in rss.probes), default=0) / 1024,
-        rss_timeline_mib=timeline)
+        server_hwm_exact=rss.hwm_reset, healthz_ms=healthz.summary(
+            since=report["start_monotonic"]), rss_timeline_mib=timeline)
 
 
 def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
     """Where the registry's sampled (non-idle) stacks were: by thread, and by leaf frame."""
     threads: dict[str, int] = {}
     leaves: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -448,31 +389,31 @@ def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
         frames = stack.split(";")
         total += count
         threads[frames[0]] = threads.get(frames[0], 0) + count
-        leaf = frames[-1]
-        leaves[leaf] = leaves.get(leaf, 0) + count
-        for name in {f.split(" (")[0] for f in frames[1:]}:
-            inclusive[name] = inclusive.get(name, 0) + count
+        leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
 
     def share(items: dict[str, int]) -> list[tuple[str, float]]:
         ranked = sorted(items.items(), key=lambda kv: -kv[1])[:top]
         return [(k, round(100 * v / total, 1)) for k, v in ranked]
 
-    return {"samples": total, "by_thread_pct": share(threads), "by_leaf_pct": share(leaves),
-            "inclusive_pct": share(inclusive)}
+    return {"samples": total, "by_thread_pct": share(threads), "by_leaf_pct": share(leaves)}
 
 
 def component_timings(adapter: Path) -> dict[str, float]:
-    """The CPU-bound steps of the registry's pipeline, each alone on the same file."""
+    """The CPU-bound steps of the registry's one pass, each alone on the same file."""
     from loraplane.digest import sha256_file  # noqa: PLC0415
-    from loraplane.lora.validate import validate_adapter_dir  # noqa: PLC0415
+    from loraplane.lora.safetensors_stream import SafetensorsStream  # noqa: PLC0415
 
     weights = adapter / "adapter_model.safetensors"
     t0 = time.perf_counter()
     sha256_file(weights)
     t1 = time.perf_counter()
-    validate_adapter_dir(adapter, expected_base_model=BASE_MODEL)
+    check = SafetensorsStream()
+    with weights.open("rb") as handle:
+        while chunk := handle.read(MIB):
+            check.feed(chunk)
+    check.raise_scan_error(check.header())
     t2 = time.perf_counter()
-    return {"sha256_s": t1 - t0, "validate_with_nan_scan_s": t2 - t1}
+    return {"sha256_s": t1 - t0, "stream_check_s": t2 - t1}
 
 
 # --- report --------------------------------------------------------------------------------
@@ -482,81 +423,67 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _median_phases(samples: list[Sample]) -> dict[str, float] | None:
-    found = [s.phases_s for s in samples if s.phases_s is not None]
-    if not found:
-        return None
-    return {k: statistics.median(p[k] for p in found) for k in found[0]}
+def ratios(samples: list[Sample], kind: str) -> list[float]:
+    """Per round: the registry's MiB/s over the raw upload's MiB/s of the same round."""
+    raw = {s.run: s.mib_s for s in samples if s.kind == RAW}
+    return [s.mib_s / raw[s.run] for s in samples if s.kind == kind and s.run in raw]
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    quartiles = (statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1
+                 else values * 3)
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "q1": quartiles[0], "q3": quartiles[-1]}
 
 
 def summarize(samples: list[Sample], size_bytes: int,
               components: dict[str, float]) -> dict[str, Any]:
-    raw = [s for s in samples if s.kind.startswith("raw")]
-    reg = [s for s in samples if s.kind.startswith("registry")]
-    raw_s = statistics.median(s.seconds for s in raw)
-    reg_s = statistics.median(s.seconds for s in reg)
-    server_peak = max(s.server_peak_rss_mib or 0 for s in reg)
-    server_growth = max((s.server_peak_rss_mib or 0) - (s.server_rss_before_mib or 0)
-                        for s in reg)
-    return {
-        "size_mib": size_bytes / MIB,
-        "raw_median_s": raw_s,
-        "registry_median_s": reg_s,
-        "raw_median_mib_s": size_bytes / MIB / raw_s,
-        "registry_median_mib_s": size_bytes / MIB / reg_s,
-        "time_ratio_registry_over_raw": reg_s / raw_s,
-        "registry_median_phases_s": _median_phases(reg),
-        "server_peak_rss_mib": server_peak,
-        "server_rss_growth_mib": server_growth,
-        "server_growth_over_file_size": server_growth / (size_bytes / MIB),
-        "client_peak_rss_mib": max(s.client_peak_rss_mib for s in reg),
-        "raw_client_peak_rss_mib": max(s.client_peak_rss_mib for s in raw),
-        "components_s": components,
-    }
+    summary: dict[str, Any] = {"size_mib": size_bytes / MIB, "components_s": components}
+    for kind in (RAW, DECLARED, UNDECLARED):
+        mine = [s for s in samples if s.kind == kind]
+        if not mine:
+            continue
+        entry: dict[str, Any] = {"median_s": statistics.median(s.seconds for s in mine),
+                                 "median_mib_s": statistics.median(s.mib_s for s in mine),
+                                 "client_peak_rss_mib": max(s.client_peak_rss_mib for s in mine)}
+        if kind != RAW:
+            entry["throughput_ratio_to_raw"] = _spread(ratios(samples, kind))
+            entry["server_peak_rss_mib"] = [round(s.server_peak_rss_mib or 0, 1) for s in mine]
+            entry["server_rss_before_mib"] = [round(s.server_rss_before_mib or 0, 1)
+                                              for s in mine]
+        summary[kind] = entry
+    registry_samples = sorted((s for s in samples if s.kind != RAW), key=lambda s: s.run)
+    summary["server_rss_before_each_upload_mib"] = [
+        round(s.server_rss_before_mib or 0, 1) for s in registry_samples]
+    summary["server_peak_rss_max_mib"] = max(
+        (s.server_peak_rss_mib or 0 for s in registry_samples), default=0)
+    return summary
 
 
 def render(samples: list[Sample], summary: dict[str, Any]) -> str:
-    def phase(s: Sample, key: str) -> str:
-        return _fmt(s.phases_s[key], 2) if s.phases_s else "-"
-
-    rows = [[s.kind, s.run, _fmt(s.seconds, 2), _fmt(s.mib_s), phase(s, "receive_s"),
-             phase(s, "validate_s"), phase(s, "store_and_commit_s"),
-             _fmt(s.client_peak_rss_mib), _fmt(s.client_cpu_s), _fmt(s.server_rss_before_mib),
-             _fmt(s.server_peak_rss_mib), _fmt(s.server_cpu_s),
+    rows = [[s.kind, s.run, _fmt(s.seconds, 2), _fmt(s.mib_s), _fmt(s.client_peak_rss_mib),
+             _fmt(s.client_cpu_s), _fmt(s.server_rss_before_mib), _fmt(s.server_peak_rss_mib),
+             _fmt(s.server_rss_after_mib), _fmt(s.server_cpu_s),
              _fmt(s.healthz_ms["p99_ms"]) if s.healthz_ms else "-",
              _fmt(s.healthz_ms["max_ms"]) if s.healthz_ms else "-"] for s in samples]
-    out = [table(["upload", "run", "seconds", "MiB/s", "receive s", "validate s",
-                  "S3 put + commit s", "client peak RSS MiB", "client CPU s",
-                  "registry RSS before MiB", "registry peak RSS MiB", "registry CPU s",
-                  "/healthz p99 ms", "/healthz max ms"], rows)]
+    out = [table(["upload", "round", "seconds", "MiB/s", "client peak RSS MiB",
+                  "client CPU s", "registry RSS before MiB", "registry peak RSS MiB",
+                  "registry RSS after MiB", "registry CPU s", "/healthz p99 ms",
+                  "/healthz max ms"], rows), ""]
+    out.append(f"file {summary['size_mib']:.1f} MiB; raw boto3 median "
+               f"{summary[RAW]['median_mib_s']:.0f} MiB/s")
+    for kind in (DECLARED, UNDECLARED):
+        if kind in summary:
+            r = summary[kind]["throughput_ratio_to_raw"]
+            out.append(f"{kind}: median {summary[kind]['median_mib_s']:.0f} MiB/s; throughput "
+                       f"ratio to raw per round: median {r['median']:.2f}x (quartiles "
+                       f"{r['q1']:.2f}-{r['q3']:.2f}, range {r['min']:.2f}-{r['max']:.2f})")
+    out.append(f"registry RSS before each upload (MiB): "
+               f"{summary['server_rss_before_each_upload_mib']}; highest peak "
+               f"{summary['server_peak_rss_max_mib']:.1f} MiB")
     c = summary["components_s"]
-    out.append("")
-    out.append(
-        f"file {summary['size_mib']:.1f} MiB; median {summary['registry_median_s']:.2f} s "
-        f"through the registry vs {summary['raw_median_s']:.2f} s raw: "
-        f"{summary['time_ratio_registry_over_raw']:.2f}x the time "
-        f"({summary['registry_median_mib_s']:.0f} vs {summary['raw_median_mib_s']:.0f} MiB/s)")
-    phases = summary["registry_median_phases_s"]
-    if phases:
-        out.append(f"registry phases (median): receive {phases['receive_s']:.2f} s "
-                   f"({phases['receive_cpu_s']:.2f} s CPU), validate {phases['validate_s']:.2f} s "
-                   f"({phases['validate_cpu_s']:.2f} s CPU), S3 put + commit "
-                   f"{phases['store_and_commit_s']:.2f} s "
-                   f"({phases['store_and_commit_cpu_s']:.2f} s CPU)")
-    out.append(
-        f"registry peak RSS {summary['server_peak_rss_mib']:.0f} MiB, growth during an upload "
-        f"{summary['server_rss_growth_mib']:.0f} MiB "
-        f"({summary['server_growth_over_file_size']:.3f}x the file size); "
-        f"client peak RSS {summary['client_peak_rss_mib']:.0f} MiB "
-        f"(raw boto3 worker {summary['raw_client_peak_rss_mib']:.0f} MiB)")
     out.append(f"the same steps alone on this file: sha256 {c['sha256_s']:.2f} s, "
-               f"validation with NaN/Inf scan {c['validate_with_nan_scan_s']:.2f} s")
-    for s in samples:
-        if s.event_loop_wchan_receive is not None and s.healthz_ms:
-            out.append(f"run {s.run}: registry event-loop thread while receiving (20 Hz, 0 = "
-                       f"running): {s.event_loop_wchan_receive}; slowest /healthz "
-                       f"{s.healthz_ms['max_ms']:.0f} ms, sent at "
-                       f"{s.healthz_ms.get('max_sent_at_s', 0):.1f} s")
+               f"safetensors stream check (header + NaN/Inf scan) {c['stream_check_s']:.2f} s")
     profile = summary.get("profile")
     if profile:
         out.append(f"py-spy of one more (untimed) registry upload, {profile['samples']} "
@@ -569,8 +496,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024,
                         help="size of the safetensors file in MiB (default 1024)")
-    parser.add_argument("--repeat", type=int, default=3, help="uploads of each kind (default 3)")
+    parser.add_argument("--repeat", type=int, default=7, help="rounds (default 7)")
+    parser.add_argument("--undeclared", action="store_true",
+                        help="also push without Content-Digest (temporary key + copy)")
     parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--parts-in-flight", type=int, default=2,
+                        help="the registry's LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT (default 2)")
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
                         help="after the timed runs, profile one more registry upload with "
                              "py-spy (pip install py-spy) and write its raw stacks to FILE")
@@ -588,33 +519,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def run_uploads(args: argparse.Namespace, work: Path, adapter: Path) -> tuple[
     list[Sample], Sample | None
 ]:
-    """Alternate raw and registry uploads; then the profiled one, if asked for."""
+    """Every round uploads once of each kind, the order rotating from round to round."""
     weights = adapter / "adapter_model.safetensors"
     size = weights.stat().st_size
+    kinds = [RAW, DECLARED, *([UNDECLARED] if args.undeclared else [])]
     samples: list[Sample] = []
     profiled: Sample | None = None
-    with services(work, args.db) as svc, registry_process(work, svc, size) as registry:
+    with services(work, args.db) as svc, registry_process(work, svc, size,
+                                                                args.parts_in_flight) as registry:
         _s3_client(svc).create_bucket(Bucket="bench-raw")
         for run in range(1, args.repeat + 1):
-            for sample in (raw_upload(svc, registry, weights, run, work),
-                           registry_upload(svc, registry, adapter, run, work, None)):
+            shift = (run - 1) % len(kinds)
+            for kind in kinds[shift:] + kinds[:shift]:
+                sample = (raw_upload(svc, registry, weights, run, work) if kind == RAW
+                          else registry_upload(svc, registry, adapter, run, work,
+                                               declared=kind == DECLARED))
                 samples.append(sample)
-                print(f"  {sample.kind} run {run}: {sample.seconds:.2f} s, "
-                      f"{sample.mib_s:.0f} MiB/s, phases {sample.phases_s}", file=sys.stderr)
+                print(f"  {sample.kind} round {run}: {sample.seconds:.2f} s, "
+                      f"{sample.mib_s:.0f} MiB/s, registry peak RSS "
+                      f"{_fmt(sample.server_peak_rss_mib)} MiB", file=sys.stderr)
         if args.py_spy is not None:
             profiled = registry_upload(svc, registry, adapter, args.repeat + 1, work,
-                                       args.py_spy)
+                                       declared=True, profile=args.py_spy)
     return samples, profiled
 
 
-def main(argv: list[str] | None = None) -> None:
+def report(document: dict[str, Any], table_text: str, json_out: Path | None) -> None:
+    """The table, the commit and the machine for people; then the JSON document."""
+    commit = document["commit"]
+    print(table_text)
+    dirty = " (with uncommitted changes)" if commit["dirty"] else ""
+    print(f"commit: {commit['commit']}{dirty}")
+    print(f"machine: {document['machine']}")
+    text = json.dumps(document, indent=2)
+    print(text)
+    if json_out is not None:
+        json_out.write_text(text + "\n")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_worker"]:
         worker_main(argv[1], argv[2])
-        return
+        return None
     args = parse_args(argv)
     machine = machine_summary()
     counters = cpu_counters()
+    commit = git_commit()
     work = Path(tempfile.mkdtemp(prefix="lp-bench-upload-", dir=args.work_dir))
     try:
         t0 = time.perf_counter()
@@ -632,16 +583,13 @@ def main(argv: list[str] | None = None) -> None:
         if profiled is not None and args.py_spy is not None:
             summary["profile"] = summarize_profile(args.py_spy)
             summary["profiled_run"] = asdict(profiled)
-        print(render(samples, summary))
-        print(f"machine: {machine}")
-        document = {"benchmark": "upload_throughput", "db": args.db, "machine": machine,
+        document = {"benchmark": "upload_throughput", "db": args.db, "commit": commit,
+                    "machine": machine, "parts_in_flight": args.parts_in_flight,
                     "adapter": {"layers": layers, "rank": RANK, "dtype": "float32",
                                 "safetensors_bytes": size, "total_bytes": total},
                     "summary": summary, "samples": [asdict(s) for s in samples]}
-        text = json.dumps(document, indent=2)
-        print(text)
-        if args.json_out is not None:
-            args.json_out.write_text(text + "\n")
+        report(document, render(samples, summary), args.json_out)
+        return document
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

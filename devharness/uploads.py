@@ -11,6 +11,7 @@ import nats
 from sqlalchemy import func, select
 
 from devharness.registry import RegistryHarness
+from loraplane.client.multipart import FieldPart, FilePart, MultipartBody
 from loraplane.events import STREAM_NAME
 from registry_service.events.models import EventRow
 from registry_service.versions.models import Version
@@ -41,6 +42,33 @@ async def upload(
 async def upload_dir(harness: RegistryHarness, name: str, folder: Path,
                      **kwargs: Any) -> httpx.Response:
     return await upload(harness, name, adapter_parts(folder), **kwargs)
+
+
+async def upload_declared(harness: RegistryHarness, name: str, parts: list[FilePart],
+                          *, aliases: str | None = None) -> httpx.Response:
+    """An upload as ``loraplane push`` sends it: each file part with its Content-Digest
+    (``FilePart.sha256``), the body streamed."""
+    fields = [FieldPart("aliases", aliases)] if aliases is not None else []
+    body = MultipartBody(fields, parts)
+    return await harness.client.post(
+        f"/v1/adapters/{name}/versions", content=body.__aiter__(),
+        headers={**harness.admin_headers, **body.headers}, timeout=120)
+
+
+def declared_parts(folder: Path) -> list[FilePart]:
+    return [FilePart.of("files", folder / n, with_digest=True) for n in ADAPTER_FILES]
+
+
+async def open_uploads(harness: RegistryHarness) -> list[str]:
+    """Uploads begun and never finished: open S3 multipart uploads, or local ``.tmp``
+    files (which ``stored_blobs`` lists too)."""
+    settings = harness.settings
+    if settings.blob_kind == "local":
+        root = settings.blob_dir
+        return sorted(str(p) for p in root.rglob(".*.tmp")) if root.exists() else []
+    assert harness.s3 is not None and settings.s3_bucket is not None
+    listing = harness.s3.client().list_multipart_uploads(Bucket=settings.s3_bucket)
+    return sorted(u["Key"] for u in listing.get("Uploads", []))
 
 
 async def count_rows(harness: RegistryHarness) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from registry_service.aliases.routes import router as aliases_router
 from registry_service.api.body_limit import BodyLimitMiddleware
 from registry_service.api.errors import install_error_handlers
 from registry_service.api.health import router as health_router
-from registry_service.api.metrics import metrics_middleware
+from registry_service.api.metrics import MetricsMiddleware
 from registry_service.api.openapi import install_openapi
 from registry_service.auth.routes import router as tokens_router
 from registry_service.blobs.gc import BlobCollector
@@ -88,7 +88,7 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     app.state.metrics = RegistryMetrics(settings.metrics_max_adapters)
     # Inside the metrics middleware (added after it), so its 413s are counted.
     app.add_middleware(BodyLimitMiddleware, limit=lambda: settings.max_json_body_bytes)
-    app.middleware("http")(metrics_middleware(app.state.metrics))
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     install_error_handlers(app)
     for router in (health_router, adapters_router, versions_router, aliases_router,
                    routing_router, events_router, desired_router, agents_router,

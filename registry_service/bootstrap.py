@@ -87,6 +87,8 @@ def build_blobs(settings: RegistrySettings) -> BlobStore:
         "s3", bucket=settings.s3_bucket, endpoint_url=settings.s3_endpoint,
         presign_endpoint_url=settings.s3_public_endpoint,
         region=settings.s3_region, path_style=settings.s3_path_style,
+        stream_part_mb=settings.s3_stream_part_mb,
+        stream_parts_in_flight=settings.s3_stream_parts_in_flight,
         create_bucket=settings.s3_create_bucket,
         access_key=access.get_secret_value() if access else None,
         secret_key=secret.get_secret_value() if secret else None,

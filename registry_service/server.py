@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from loraplane.nats_auth import describe_nats
 from registry_service.app import create_app
 from registry_service.errors import RegistryError
+from registry_service.memory import return_large_buffers_to_the_os
 from registry_service.settings import RegistrySettings
 
 
@@ -92,6 +93,7 @@ def run_server(settings: RegistrySettings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    return_large_buffers_to_the_os()
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,

@@ -55,6 +55,10 @@ class RegistrySettings(BaseSettings, NatsSettings):
     s3_secret_key: SecretStr | None = None
     s3_path_style: bool = True
     s3_create_bucket: bool = False
+    # An upload streams on to S3 in parts of this size, this many on their way at once:
+    # the registry holds (in flight + 1) parts of memory per upload. S3's minimum is 5 MiB.
+    s3_stream_part_mb: int = Field(default=5, ge=5, le=1024)
+    s3_stream_parts_in_flight: int = Field(default=2, ge=1, le=32)
 
     embedded_nats_port: int = Field(default=4223, ge=1, le=65535)
 

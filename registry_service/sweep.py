@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from pathlib import Path
 
-from registry_service.blobs.local import TEMP_SUFFIX
+from registry_service.blobs.local import remove_stale_tmp
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +36,7 @@ def sweep_staging(staging_dir: Path) -> int:
 
 def sweep_blob_tmp(blob_dir: Path, grace_s: float = TMP_GRACE_S) -> int:
     """Remove the local blob store's ``.tmp`` files older than ``grace_s``."""
-    cutoff = time.time() - grace_s
-    removed = 0
-    for path in blob_dir.rglob(f".*{TEMP_SUFFIX}") if blob_dir.is_dir() else ():
-        try:
-            if path.is_file() and path.stat().st_mtime < cutoff:
-                path.unlink()
-                removed += 1
-        except FileNotFoundError:
-            continue
+    removed = remove_stale_tmp(blob_dir, grace_s)
     if removed:
         log.info("removed %d unfinished blob file(s) from %s", removed, blob_dir)
     return removed

@@ -8,12 +8,14 @@ upload before it reads a byte of it, and avoids chunked transfer encoding.
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from loraplane.client.errors import InvalidSource
+from loraplane.digest import sha256_file
 
 CRLF = b"\r\n"
 DEFAULT_CHUNK_SIZE = 1024 * 1024
@@ -42,17 +44,22 @@ class FilePart:
     size: int
     filename: str
     content_type: str = "application/octet-stream"
+    # Sent as the part's Content-Digest: the registry can then stream the file straight
+    # to its final place in the blob store (it still checks the bytes against it).
+    sha256: str | None = None
 
     @classmethod
     def of(cls, name: str, path: Path, *, filename: str | None = None,
-           content_type: str = "application/octet-stream") -> FilePart:
+           content_type: str = "application/octet-stream",
+           with_digest: bool = False) -> FilePart:
         try:
             size = path.stat().st_size
+            sha = sha256_file(path)[1] if with_digest else None
         except OSError as exc:
             raise InvalidSource(f"cannot read {path}: {exc.strerror or exc}",
                                 code="file_unreadable") from exc
         return cls(name=name, path=path, size=size, filename=filename or path.name,
-                   content_type=content_type)
+                   content_type=content_type, sha256=sha)
 
 
 def collect_files(source: Path) -> list[FilePart]:
@@ -61,7 +68,7 @@ def collect_files(source: Path) -> list[FilePart]:
         missing = [n for n in ADAPTER_FILES if not (source / n).is_file()]
         if missing:
             raise InvalidSource(f"{source} has no {' or '.join(missing)}", code="missing_file")
-        return [FilePart.of("files", source / n) for n in ADAPTER_FILES]
+        return [FilePart.of("files", source / n, with_digest=True) for n in ADAPTER_FILES]
     if source.is_file():
         lowered = source.name.lower()
         for suffix, content_type in ARCHIVE_TYPES.items():
@@ -84,6 +91,9 @@ def _headers(part: FieldPart | FilePart) -> bytes:
     if isinstance(part, FilePart):
         disposition += f'; filename="{_quote(part.filename)}"'
         lines.append(f"Content-Type: {part.content_type}")
+        if part.sha256 is not None:
+            encoded = base64.b64encode(bytes.fromhex(part.sha256)).decode()
+            lines.append(f"Content-Digest: sha-256=:{encoded}:")
     lines.insert(0, f"Content-Disposition: {disposition}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 

@@ -63,7 +63,7 @@ class _FloatBits:
     sign: int
 
 
-_FLOAT_BITS: dict[str, _FloatBits] = {
+FLOAT_BITS: dict[str, _FloatBits] = {
     "F16": _FloatBits("<u2", 0x7C00, 0x03FF, 0x8000),
     "BF16": _FloatBits("<u2", 0x7F80, 0x007F, 0x8000),
     "F32": _FloatBits("<u4", 0x7F800000, 0x007FFFFF, 0x80000000),
@@ -117,9 +117,17 @@ def read_header(
     with path.open("rb") as f:
         file_size = os.fstat(f.fileno()).st_size
         raw = _read_header_bytes(f, file_size, max_header_bytes)
+    return parse_header_bytes(raw, file_size - 8 - len(raw))
+
+
+def parse_header_bytes(raw: bytes, data_len: int | None) -> SafetensorsHeader:
+    """Parse and cross-check the JSON header ``raw``.
+
+    ``data_len`` is the size of the data section after it; ``None`` when it is not known
+    yet (the file is still arriving): the tensors must then tile a data section of
+    exactly ``data_bytes``, which the caller checks against the real size at the end.
+    """
     document = _decode_json(raw)
-    data_start = 8 + len(raw)
-    data_len = file_size - data_start
     metadata: dict[str, str] = {}
     tensors: dict[str, TensorInfo] = {}
     for key, value in document.items():
@@ -127,8 +135,9 @@ def read_header(
             metadata = _parse_metadata(value)
         else:
             tensors[key] = _parse_tensor(key, value, data_len)
-    _check_layout(tensors.values(), data_len)
-    return SafetensorsHeader(tensors=tensors, metadata=metadata, data_start=data_start)
+    covered = max((t.end for t in tensors.values()), default=0)
+    _check_layout(tensors.values(), covered if data_len is None else data_len)
+    return SafetensorsHeader(tensors=tensors, metadata=metadata, data_start=8 + len(raw))
 
 
 def _read_header_bytes(f: IO[bytes], file_size: int, max_header_bytes: int) -> bytes:
@@ -206,7 +215,7 @@ def _is_uint(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
-def _parse_tensor(name: str, value: Any, data_len: int) -> TensorInfo:
+def _parse_tensor(name: str, value: Any, data_len: int | None) -> TensorInfo:
     if not name:
         _invalid("tensor with an empty name")
     if not isinstance(value, dict) or set(value) != _TENSOR_FIELDS:
@@ -230,7 +239,7 @@ def _parse_tensor(name: str, value: Any, data_len: int) -> TensorInfo:
             f"tensor {name!r} spans {end - begin} bytes but {dtype}{shape} needs {needed}",
             tensor=name,
         )
-    if end > data_len:
+    if data_len is not None and end > data_len:
         raise AdapterInvalid(
             "safetensors_size_mismatch",
             f"tensor {name!r} ends at byte {end} of a {data_len}-byte data section",
@@ -287,7 +296,7 @@ def _check_layout(tensors: Iterable[TensorInfo], data_len: int) -> None:
 def check_float_dtypes(header: SafetensorsHeader) -> None:
     """Refuse tensors that are not F16, BF16, F32 or F64 with ``invalid_dtype``."""
     for info in header.tensors.values():
-        if info.dtype not in _FLOAT_BITS:
+        if info.dtype not in FLOAT_BITS:
             raise AdapterInvalid(
                 "invalid_dtype",
                 f"tensor {info.name!r} has dtype {info.dtype}; LoRA weights must be one of "
@@ -326,7 +335,7 @@ def scan_finite(
 
 
 def _scan_tensor(f: io.FileIO, data_start: int, info: TensorInfo, scratch: _Scratch) -> None:
-    layout = _FLOAT_BITS[info.dtype]
+    layout = FLOAT_BITS[info.dtype]
     itemsize = np.dtype(layout.uint).itemsize
     step = len(scratch.raw) // itemsize * itemsize
     f.seek(data_start + info.begin)
@@ -359,10 +368,15 @@ def _read_exactly(f: io.FileIO, view: memoryview, tensor: str) -> None:
         filled += got
 
 
-def _raise_non_finite(info: TensorInfo, index: int, raw: int, layout: _FloatBits) -> NoReturn:
+def non_finite_error(info: TensorInfo, index: int, raw: int,
+                     layout: _FloatBits) -> AdapterInvalid:
     kind = "nan" if raw & layout.mantissa else "-inf" if raw & layout.sign else "inf"
-    raise AdapterInvalid(
+    return AdapterInvalid(
         "non_finite_values",
         f"tensor {info.name!r} contains {kind} at flat index {index}",
         {"tensor": info.name, "dtype": info.dtype, "index": index, "value": kind},
     )
+
+
+def _raise_non_finite(info: TensorInfo, index: int, raw: int, layout: _FloatBits) -> NoReturn:
+    raise non_finite_error(info, index, raw, layout)

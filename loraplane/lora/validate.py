@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,12 @@ from loraplane.lora.errors import AdapterInvalid
 from loraplane.lora.peft_config import LoraConfig, parse_lora_config
 from loraplane.lora.safetensors import (
     DEFAULT_MAX_HEADER_BYTES,
+    SafetensorsHeader,
     check_float_dtypes,
     read_header,
     scan_finite,
 )
+from loraplane.lora.safetensors_stream import SafetensorsStream
 from loraplane.lora.tensors import check_tensors
 
 CONFIG_FILE = "adapter_config.json"
@@ -79,10 +82,49 @@ def validate_adapter_dir(
     """
     directory = Path(directory)
     files = _list_files(directory)
-    config = parse_lora_config(directory / CONFIG_FILE)
-    warnings = _check_base_model(config, expected_base_model, base_shapes)
     weights = directory / WEIGHTS_FILE
-    header = read_header(weights, max_header_bytes=max_header_bytes)
+
+    def scan(header: SafetensorsHeader) -> None:
+        if check_values:
+            scan_finite(weights, header)
+
+    return _validate(directory / CONFIG_FILE, files,
+                     lambda: read_header(weights, max_header_bytes=max_header_bytes), scan,
+                     expected_base_model=expected_base_model, max_rank=max_rank,
+                     base_shapes=base_shapes)
+
+
+def validate_streamed_adapter(
+    config_path: Path,
+    names: Iterable[str],
+    weights: SafetensorsStream,
+    *,
+    expected_base_model: str | None = None,
+    base_shapes: BaseModelShapes | None = None,
+) -> AdapterSummary:
+    """The checks of :func:`validate_adapter_dir`, in the same order, for an upload whose
+    weights were checked while they streamed past (``weights``) and never stored here."""
+    present = [n for n in names if n not in IGNORED_FILES]
+    files = _check_names(sorted(n for n in present if n in ALLOWED_FILES),
+                         sorted(n for n in present if n not in ALLOWED_FILES))
+    return _validate(config_path, files, weights.header, weights.raise_scan_error,
+                     expected_base_model=expected_base_model, base_shapes=base_shapes)
+
+
+def _validate(
+    config_path: Path,
+    files: tuple[str, ...],
+    header_of: Callable[[], SafetensorsHeader],
+    scan: Callable[[SafetensorsHeader], None],
+    *,
+    expected_base_model: str | None,
+    base_shapes: BaseModelShapes | None,
+    max_rank: int | None = None,
+) -> AdapterSummary:
+    """Cheap checks first; ``scan`` (every value) last."""
+    config = parse_lora_config(config_path)
+    warnings = _check_base_model(config, expected_base_model, base_shapes)
+    header = header_of()
     summary = check_tensors(header, config)
     # vLLM checks the config's ranks (r and rank_pattern) against
     # max_lora_rank; the tensors' own ranks were matched to them above.
@@ -91,8 +133,7 @@ def validate_adapter_dir(
     check_float_dtypes(header)
     if base_shapes is not None:
         check_against_base(summary, base_shapes, base_model=expected_base_model)
-    if check_values:
-        scan_finite(weights, header)
+    scan(header)
     return AdapterSummary(
         rank=rank,
         alpha=config.lora_alpha,
@@ -128,11 +169,15 @@ def _list_files(directory: Path) -> tuple[str, ...]:
                 continue
             else:
                 unknown.append(entry.name + ("/" if stat.S_ISDIR(mode) else ""))
+    return _check_names(sorted(present), sorted(unknown))
+
+
+def _check_names(present: list[str], unknown: list[str]) -> tuple[str, ...]:
     if unknown:
         raise AdapterInvalid(
             "unknown_file",
-            _unknown_message(sorted(unknown)),
-            {"files": sorted(unknown), "allowed": list(ALLOWED_FILES)},
+            _unknown_message(unknown),
+            {"files": unknown, "allowed": list(ALLOWED_FILES)},
         )
     if CONFIG_FILE not in present:
         raise AdapterInvalid("missing_config", f"{CONFIG_FILE} is missing", {"file": CONFIG_FILE})
@@ -140,7 +185,7 @@ def _list_files(directory: Path) -> tuple[str, ...]:
         raise AdapterInvalid(
             "missing_weights", f"{WEIGHTS_FILE} is missing", {"file": WEIGHTS_FILE}
         )
-    return tuple(sorted(present))
+    return tuple(present)
 
 
 def _unknown_message(unknown: list[str]) -> str:

@@ -143,6 +143,27 @@ class BlobStream(AsyncIterator[bytes]):
         await self.aclose()
 
 
+class BlobWriter(Protocol):
+    """One blob written as its bytes arrive, before its digest is known for certain.
+
+    Nothing is visible under a blob key until ``finish``; ``abort`` leaves nothing.
+    """
+
+    written: int
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Called from a worker thread, never the event loop: it may block on I/O."""
+        ...
+
+    async def finish(self, sha256: str, size: int) -> None:
+        """Store the bytes written as the blob ``sha256`` (a no-op when it is stored)."""
+        ...
+
+    async def abort(self) -> None:
+        """Discard the bytes; a no-op after ``finish``. Never raises."""
+        ...
+
+
 @runtime_checkable
 class BlobStore(Protocol):
     """Content-addressed blob storage. Every method may raise ``BlobStoreUnavailable``."""
@@ -153,6 +174,16 @@ class BlobStore(Protocol):
         Idempotent: storing content that is already there is a no-op. Raises
         ``ValueError`` when the file's size is not ``size``.
         """
+        ...
+
+    async def open_writer(self, expected_sha256: str | None = None) -> BlobWriter:
+        """Start a blob whose bytes are about to stream in; ``expected_sha256`` is what
+        the client declared (``finish`` is only called when the bytes match it)."""
+        ...
+
+    async def sweep_incomplete(self, older_than_s: float) -> int:
+        """Remove what uploads that never finished left (a registry killed mid-upload):
+        begun more than ``older_than_s`` ago. Returns how many."""
         ...
 
     async def exists(self, sha256: str) -> bool: ...

@@ -12,6 +12,10 @@ all of these hold:
 - the store wrote it more than ``blob_gc_grace_s`` ago (a writer that took no lease,
   such as an older registry during a rolling upgrade, has that long to commit).
 
+It also removes what uploads that never finished left in the store (a registry killed
+mid-upload): open S3 multipart uploads and temporary objects under ``uploads/``, or the
+local store's ``.tmp`` files, begun more than ``blob_upload_lease_s`` ago.
+
 While it deletes a blob the collector marks the lease row (``collecting_until``); an
 upload of the same bytes waits for the deletion to end and then stores the blob again.
 It runs at start-up, every ``blob_gc_interval_s``, and on ``POST /v1/admin/blob-gc``.
@@ -53,6 +57,8 @@ class GcReport(BaseModel):
     too_young: int = 0
     leased: int = 0
     deleted: int = 0
+    # Uploads that never finished (open multipart uploads, temporary objects or files).
+    incomplete: int = 0
 
 
 async def _referenced(session: AsyncSession) -> set[str]:
@@ -114,6 +120,8 @@ async def collect_garbage(db: Database, blobs: BlobStore, settings: RegistrySett
     async with db.session() as session:
         await drop_expired(session)
         await session.commit()
+    # Older than an upload's lease: such an upload could not commit any more anyway.
+    report.incomplete = await blobs.sweep_incomplete(settings.blob_upload_lease_s)
     return report
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from registry_service.blobs.base import (
     DEFAULT_CHUNK_SIZE,
@@ -98,6 +100,19 @@ class LocalBlobStore:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+    async def open_writer(self, expected_sha256: str | None = None) -> LocalBlobWriter:
+        # The name is only decided at the end, so the file starts at the store's root.
+        try:
+            await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
+            tmp = self.root / f".upload.{uuid.uuid4().hex}{TEMP_SUFFIX}"
+            handle = await asyncio.to_thread(tmp.open, "xb")
+        except OSError as exc:
+            raise _unavailable(exc, "start a blob") from exc
+        return LocalBlobWriter(self, tmp, handle)
+
+    async def sweep_incomplete(self, older_than_s: float) -> int:
+        return await asyncio.to_thread(remove_stale_tmp, self.root, older_than_s)
 
     async def exists(self, sha256: str) -> bool:
         return await self.size(sha256) is not None
@@ -185,3 +200,63 @@ class LocalBlobStore:
 
     async def close(self) -> None:
         return None
+
+
+class LocalBlobWriter:
+    """A blob written to a ``.tmp`` file and renamed to its key by ``finish``."""
+
+    def __init__(self, store: LocalBlobStore, tmp: Path, handle: BinaryIO) -> None:
+        self._store, self._tmp, self._handle = store, tmp, handle
+        self.written = 0
+        self._done = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            self._handle.write(data)
+        except OSError as exc:
+            raise _unavailable(exc, "write a blob") from exc
+        self.written += len(data)
+
+    async def finish(self, sha256: str, size: int) -> None:
+        if self.written != size:
+            raise ValueError(f"{self.written} bytes were written, not {size}")
+        await asyncio.to_thread(self._finish_sync, sha256, size)
+
+    def _finish_sync(self, sha256: str, size: int) -> None:
+        final = self._store.path_for(sha256)
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            if final.is_file() and final.stat().st_size == size:
+                self._tmp.unlink()
+            else:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(self._tmp, final)
+                _fsync_dir(final.parent)
+        except OSError as exc:
+            raise _unavailable(exc, "write a blob", sha256) from exc
+        self._done = True
+
+    async def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            await asyncio.to_thread(self._abort_sync)
+
+    def _abort_sync(self) -> None:
+        self._handle.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def remove_stale_tmp(root: Path, older_than_s: float) -> int:
+    """Remove the ``.tmp`` files under ``root`` older than ``older_than_s``."""
+    cutoff = time.time() - older_than_s
+    removed = 0
+    for path in root.rglob(f".*{TEMP_SUFFIX}") if root.is_dir() else ():
+        try:
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -29,6 +30,7 @@ from registry_service.blobs.base import (
     content_disposition,
     sha256_of_key,
 )
+from registry_service.blobs.s3_writer import UPLOADS_PREFIX, S3BlobWriter
 from registry_service.errors import BlobNotFound, BlobStoreUnavailable, RegistryError
 
 if TYPE_CHECKING:
@@ -134,6 +136,8 @@ class S3BlobStore:
         upload_max_attempts: int = 3,
         part_size_mb: int = 16,
         upload_concurrency: int = 4,
+        stream_part_mb: int = 5,
+        stream_parts_in_flight: int = 2,
     ) -> None:
         self.bucket = bucket
         self.region = region
@@ -168,6 +172,8 @@ class S3BlobStore:
             if presign_endpoint_url
             else self._client
         )
+        self._stream_part = stream_part_mb * _MIB
+        self._stream_in_flight = stream_parts_in_flight
         part = part_size_mb * _MIB
         # Bounded parts and threads keep memory flat whatever the blob size.
         self._transfer = TransferConfig(
@@ -212,6 +218,59 @@ class S3BlobStore:
             ExtraArgs={"ContentType": "application/octet-stream", "Metadata": {"sha256": sha256}},
             Config=self._transfer,
         )
+
+    async def open_writer(self, expected_sha256: str | None = None) -> S3BlobWriter:
+        await self._ensure_bucket()
+        # Content already stored (an identical re-upload) is only hashed and checked.
+        stored = expected_sha256 is not None and await self.exists(expected_sha256)
+
+        def map_error(exc: Exception) -> Exception:
+            return map_s3_error(exc, op="upload a blob", sha256=expected_sha256)
+
+        return S3BlobWriter(
+            self._upload_client, self.bucket,
+            final_key=blob_key(expected_sha256) if expected_sha256 else None,
+            part_size=self._stream_part, parts_in_flight=self._stream_in_flight,
+            copy_config=self._transfer, map_error=map_error, discard=stored)
+
+    async def sweep_incomplete(self, older_than_s: float) -> int:
+        await self._ensure_bucket()
+        cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
+        removed = 0
+        async for upload in self._pages("list multipart uploads",
+                                        self._client.list_multipart_uploads, "Uploads",
+                                        ("KeyMarker", "NextKeyMarker"),
+                                        ("UploadIdMarker", "NextUploadIdMarker")):
+            if upload["Initiated"] < cutoff:
+                await self._run("abort an upload", None, self._client.abort_multipart_upload,
+                                Bucket=self.bucket, Key=upload["Key"],
+                                UploadId=upload["UploadId"])
+                removed += 1
+        async for item in self._pages("list temporary uploads", self._client.list_objects_v2,
+                                      "Contents", ("ContinuationToken", "NextContinuationToken"),
+                                      prefix=UPLOADS_PREFIX):
+            if item["LastModified"] < cutoff:
+                await self._run("delete a temporary upload", None, self._client.delete_object,
+                                Bucket=self.bucket, Key=item["Key"])
+                removed += 1
+        return removed
+
+    async def _pages(self, op: str, fn: Callable[..., Any], field: str,
+                     *markers: tuple[str, str], prefix: str | None = None
+                     ) -> AsyncIterator[Any]:
+        """Every item of a paginated listing; ``markers`` pair a request key with the
+        response key that continues it."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        if prefix is not None:
+            kwargs["Prefix"] = prefix
+        while True:
+            page = await self._run(op, None, fn, **kwargs)
+            for item in page.get(field, []):
+                yield item
+            follow = {ask: page.get(answer) for ask, answer in markers if page.get(answer)}
+            if not page.get("IsTruncated") or not follow:
+                return
+            kwargs.update(follow)
 
     async def exists(self, sha256: str) -> bool:
         return await self.size(sha256) is not None
@@ -271,19 +330,12 @@ class S3BlobStore:
 
     async def list_blobs(self) -> AsyncIterator[StoredBlob]:
         await self._ensure_bucket()
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": "sha256/"}
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = await self._run("list blobs", None, self._client.list_objects_v2, **kwargs)
-            for item in page.get("Contents", []):
-                sha = sha256_of_key(item.get("Key", ""))
-                if sha is not None and "LastModified" in item:
-                    yield StoredBlob(sha, item["LastModified"])
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
-                return
+        async for item in self._pages("list blobs", self._client.list_objects_v2, "Contents",
+                                      ("ContinuationToken", "NextContinuationToken"),
+                                      prefix="sha256/"):
+            sha = sha256_of_key(item.get("Key", ""))
+            if sha is not None and "LastModified" in item:
+                yield StoredBlob(sha, item["LastModified"])
 
     async def check(self) -> None:
         # Always a round trip, even once the bucket is known: readiness must notice an

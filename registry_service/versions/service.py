@@ -38,7 +38,14 @@ from registry_service.versions.staging import (
     stage_version,
     staging_area,
 )
-from registry_service.versions.upload import ReceivedFile, UploadBody, UploadLimits, receive_upload
+from registry_service.versions.upload import (
+    ReceivedFile,
+    StreamedFile,
+    StreamTarget,
+    UploadBody,
+    UploadLimits,
+    receive_upload,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +69,16 @@ def version_out(adapter: Adapter, version: Version) -> VersionOut:
     )
 
 
-async def store_blobs(blobs: BlobStore, files: list[ReceivedFile]) -> None:
-    # put_file is idempotent and skips content already stored (one existence check).
-    # The caller holds a lease on every digest, so the collector leaves them be.
+async def store_blobs(blobs: BlobStore, files: list[ReceivedFile],
+                      streams: dict[str, StreamedFile]) -> None:
+    """Make every file a blob: a streamed one is finished (completed, or copied to its
+    key), one in staging is put. Both skip content already stored. The caller holds a
+    lease on every digest, so the collector leaves them be."""
     for item in files:
-        await blobs.put_file(item.sha256, item.path, item.size)
+        if item.path is None:
+            await streams[item.name].writer.finish(item.sha256, item.size)
+        else:
+            await blobs.put_file(item.sha256, item.path, item.size)
 
 
 # The collector marks a blob for at most two minutes (blobs/gc.py: CLAIM_S).
@@ -135,18 +147,25 @@ async def _publish(
     on_bytes: Callable[[int], None],
 ) -> UploadResult:
     limits = UploadLimits(settings.max_file_bytes, settings.max_upload_bytes)
+    stream = StreamTarget(blobs.open_writer, settings.max_header_bytes)
     async with staging_area(settings.staging_dir) as staging:
         with local_disk_errors():
-            upload = await receive_upload(body, staging, limits, on_bytes=on_bytes)
-            aliases = parse_aliases(upload.fields.get("aliases"))
-            staged = await stage_version(upload, staging, settings, base_model)
-        notes = upload.fields.get("notes", "")
-        await lease_blobs(session, staged.files, settings)
+            upload = await receive_upload(body, staging, limits, on_bytes=on_bytes,
+                                          stream=stream)
         try:
-            await store_blobs(blobs, staged.files)
-            return await _commit_version(session, principal, name, staged, aliases, notes)
+            with local_disk_errors():
+                aliases = parse_aliases(upload.fields.get("aliases"))
+                staged = await stage_version(upload, staging, settings, base_model)
+            notes = upload.fields.get("notes", "")
+            await lease_blobs(session, staged.files, settings)
+            try:
+                await store_blobs(blobs, staged.files, upload.streams)
+                return await _commit_version(session, principal, name, staged, aliases, notes)
+            finally:
+                await release_blobs(session, staged.files)
         finally:
-            await release_blobs(session, staged.files)
+            # A refused upload's streamed blob is discarded: no object, no open upload.
+            await upload.abort_streams()
 
 
 async def _commit_version(

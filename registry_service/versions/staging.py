@@ -16,8 +16,16 @@ from loraplane.digest import sha256_file, version_digest
 from loraplane.lora.archive import extract_archive
 from loraplane.lora.base_model import BaseModelShapes
 from loraplane.lora.errors import AdapterInvalid
-from loraplane.lora.validate import AdapterSummary, drop_ignored_files, validate_adapter_dir
-from registry_service.errors import InsufficientStorage, LocalStorageError
+from loraplane.lora.validate import (
+    CONFIG_FILE,
+    IGNORED_FILES,
+    WEIGHTS_FILE,
+    AdapterSummary,
+    drop_ignored_files,
+    validate_adapter_dir,
+    validate_streamed_adapter,
+)
+from registry_service.errors import InsufficientStorage, InvalidInput, LocalStorageError
 from registry_service.settings import RegistrySettings
 from registry_service.versions.upload import ReceivedFile, ReceivedUpload
 
@@ -72,6 +80,7 @@ async def staging_area(root: Path) -> AsyncIterator[Path]:
 
 
 def _hash_all(paths: list[Path]) -> list[ReceivedFile]:
+    # Only archives' members are hashed here: every other file was hashed as it arrived.
     files = []
     for path in paths:
         size, sha = sha256_file(path)
@@ -82,14 +91,14 @@ def _hash_all(paths: list[Path]) -> list[ReceivedFile]:
 def _unpack(upload: ReceivedUpload, staging: Path, settings: RegistrySettings) -> tuple[
     Path, list[ReceivedFile]
 ]:
-    kept = drop_ignored_files([f.path for f in upload.files])
-    received = [f for f in upload.files if f.path in kept]
+    received = [f for f in upload.files if f.name not in IGNORED_FILES]
     archive = upload.archive
     if archive is None:
         return staging, received
     if len(received) > 1:
         raise AdapterInvalid("unknown_file", "an archive must be the only file of an upload",
                              {"files": sorted(f.name for f in received)})
+    assert archive.path is not None  # archives go to staging, never streamed
     dest = staging / "extracted"
     dest.mkdir()
     paths = extract_archive(archive.path, dest, max_total_bytes=settings.max_adapter_bytes,
@@ -102,14 +111,32 @@ def _unpack(upload: ReceivedUpload, staging: Path, settings: RegistrySettings) -
 
 def _stage_sync(upload: ReceivedUpload, staging: Path, settings: RegistrySettings,
                 base_model: str) -> StagedVersion:
+    _check_declared(upload.files)
     folder, files = _unpack(upload, staging, settings)
-    summary = validate_adapter_dir(folder, expected_base_model=base_model,
-                                   base_shapes=_base_shapes(settings, base_model),
-                                   max_header_bytes=settings.max_header_bytes)
+    shapes = _base_shapes(settings, base_model)
+    weights = upload.streams.get(WEIGHTS_FILE)
+    if weights is not None and upload.archive is None:
+        summary = validate_streamed_adapter(
+            staging / CONFIG_FILE, [f.name for f in files], weights.check,
+            expected_base_model=base_model, base_shapes=shapes)
+    else:
+        summary = validate_adapter_dir(folder, expected_base_model=base_model,
+                                       base_shapes=shapes,
+                                       max_header_bytes=settings.max_header_bytes)
     for warning in summary.warnings:
         log.info("upload for base model %r: %s", base_model, warning)
     digest = version_digest((f.name, f.size, f.sha256) for f in files)
     return StagedVersion(files=files, summary=summary, digest=digest)
+
+
+def _check_declared(files: list[ReceivedFile]) -> None:
+    for item in files:
+        if item.declared_sha256 is not None and item.declared_sha256 != item.sha256:
+            raise InvalidInput(
+                f"{item.name} does not match the sha-256 its Content-Digest declares; it was "
+                "changed or damaged on the way", code="digest_mismatch",
+                detail={"file": item.name, "declared": item.declared_sha256,
+                        "received": item.sha256})
 
 
 def _base_shapes(settings: RegistrySettings, base_model: str) -> BaseModelShapes | None:

@@ -1,14 +1,18 @@
-"""Receiving a version upload: a streaming multipart parser that writes to staging.
+"""Receiving a version upload: a streaming multipart parser.
 
-Each file part goes straight to disk while it is hashed and counted, so memory stays
-flat whatever the size, and a limit is enforced the moment it is crossed.
+The weights file goes straight on to the blob store while it is hashed, counted and
+checked (``SafetensorsStream``): one pass over its bytes, none of them on local disk.
+Other parts (the config, an archive) go to staging. Memory stays flat whatever the size,
+and a limit is enforced the moment it is crossed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -17,7 +21,9 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from loraplane.lora.errors import AdapterInvalid
-from loraplane.lora.validate import ALLOWED_FILES, IGNORED_FILES
+from loraplane.lora.safetensors_stream import SafetensorsStream
+from loraplane.lora.validate import ALLOWED_FILES, IGNORED_FILES, WEIGHTS_FILE
+from registry_service.blobs.base import BlobWriter
 from registry_service.errors import BadRequest, PayloadTooLarge
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
@@ -27,6 +33,8 @@ MAX_FIELD_BYTES = 64 * 1024
 MAX_FILENAME_BYTES = 255
 # Bytes buffered per file before one write + hash in a worker thread.
 FLUSH_BYTES = 4 * 1024 * 1024
+# Smaller for a streamed file: its bytes are then copied into a part buffer as well.
+STREAM_FLUSH_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +53,40 @@ class UploadBody:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamTarget:
+    """Where the weights file streams to: a new blob of the store, checked as it passes."""
+
+    open_writer: Callable[[str | None], Awaitable[BlobWriter]]
+    max_header_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReceivedFile:
     name: str
-    path: Path
+    # None for a file streamed to the blob store (``ReceivedUpload.streams``).
+    path: Path | None
     size: int
     sha256: str
+    # What the client said the sha256 is (a Content-Digest header of its part).
+    declared_sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedFile:
+    writer: BlobWriter
+    check: SafetensorsStream
 
 
 @dataclass
 class ReceivedUpload:
     files: list[ReceivedFile] = field(default_factory=list)
     fields: dict[str, str] = field(default_factory=dict)
+    streams: dict[str, StreamedFile] = field(default_factory=dict)
+
+    async def abort_streams(self) -> None:
+        """Discard every streamed blob not finished (a refusal leaves nothing)."""
+        for streamed in self.streams.values():
+            await streamed.writer.abort()
 
     @property
     def archive(self) -> ReceivedFile | None:
@@ -88,11 +119,13 @@ def _check_filename(filename: str) -> str:
 class _FileSink:
     """One file part: bytes are buffered here and written and hashed in a worker thread."""
 
-    def __init__(self, name: str, path: Path) -> None:
-        self.name, self.path = name, path
+    flush_bytes = FLUSH_BYTES
+
+    def __init__(self, name: str, path: Path | None, declared: str | None) -> None:
+        self.name, self.path, self.declared = name, path, declared
         self.size = 0
         self.finished = False
-        self._handle: BinaryIO = path.open("xb")
+        self._handle: BinaryIO | None = path.open("xb") if path is not None else None
         self._digest = hashlib.sha256()
         self._pending: list[bytes] = []
         self.pending_bytes = 0
@@ -106,16 +139,39 @@ class _FileSink:
         """Runs in a thread: hashing and file writes release the GIL."""
         data, self._pending, self.pending_bytes = b"".join(self._pending), [], 0
         self._digest.update(data)
-        self._handle.write(data)
+        self._consume(data)
         if self.finished:
-            self._handle.close()
+            self.close()
+
+    def _consume(self, data: bytes) -> None:
+        assert self._handle is not None
+        self._handle.write(data)
 
     def close(self) -> None:
-        self._handle.close()
+        if self._handle is not None:
+            self._handle.close()
 
     def received(self) -> ReceivedFile:
         return ReceivedFile(name=self.name, path=self.path, size=self.size,
-                            sha256=self._digest.hexdigest())
+                            sha256=self._digest.hexdigest(), declared_sha256=self.declared)
+
+
+class _StreamSink(_FileSink):
+    """The weights file: checked as it passes and written on to a blob writer."""
+
+    flush_bytes = STREAM_FLUSH_BYTES
+
+    def __init__(self, name: str, declared: str | None, max_header_bytes: int) -> None:
+        super().__init__(name, None, declared)
+        self.check = SafetensorsStream(max_header_bytes=max_header_bytes)
+        self.writer: BlobWriter | None = None
+
+    def _consume(self, data: bytes) -> None:
+        self.check.feed(data)
+        # A file that will be refused is only counted from here on: S3 is spared it.
+        if not self.check.failed:
+            assert self.writer is not None
+            self.writer.write(data)
 
 
 class _Receiver:
@@ -125,8 +181,9 @@ class _Receiver:
     flushes full buffers and finished files to disk in a thread (``due``).
     """
 
-    def __init__(self, staging: Path, limits: UploadLimits) -> None:
-        self.staging, self.limits = staging, limits
+    def __init__(self, staging: Path, limits: UploadLimits,
+                 stream: StreamTarget | None) -> None:
+        self.staging, self.limits, self.stream = staging, limits, stream
         self.result = ReceivedUpload()
         self.ended = False
         self.sinks: list[_FileSink] = []
@@ -147,7 +204,10 @@ class _Receiver:
 
     def due(self, *, everything: bool = False) -> list[_FileSink]:
         return [s for s in self.sinks if s.pending_bytes and (
-            everything or s.finished or s.pending_bytes >= FLUSH_BYTES)]
+            everything or s.finished or s.pending_bytes >= s.flush_bytes)]
+
+    def unopened(self) -> list[_StreamSink]:
+        return [s for s in self.sinks if isinstance(s, _StreamSink) and s.writer is None]
 
     def _part_begin(self) -> None:
         self._headers = {}
@@ -167,18 +227,22 @@ class _Receiver:
         name = params.get(b"name", b"").decode("utf-8", "replace")
         filename = params.get(b"filename")
         if filename is not None:
-            self._open_file(_check_filename(filename.decode("utf-8", "replace")))
+            self._open_file(_check_filename(filename.decode("utf-8", "replace")),
+                            _declared_sha256(self._headers.get(b"content-digest")))
         elif name in FORM_FIELDS:
             self._field, self._field_value = name, bytearray()
         else:
             raise BadRequest(f"unknown form field {name!r}", code="unknown_field",
                              detail={"field": name, "allowed": ["files", *FORM_FIELDS]})
 
-    def _open_file(self, filename: str) -> None:
+    def _open_file(self, filename: str, declared: str | None) -> None:
         if any(sink.name == filename for sink in self.sinks):
             raise BadRequest(f"file {filename!r} was sent twice", code="duplicate_file",
                              detail={"file": filename})
-        self._file = _FileSink(filename, self.staging / filename)
+        if filename == WEIGHTS_FILE and self.stream is not None:
+            self._file = _StreamSink(filename, declared, self.stream.max_header_bytes)
+        else:
+            self._file = _FileSink(filename, self.staging / filename, declared)
         self.sinks.append(self._file)
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
@@ -210,6 +274,32 @@ class _Receiver:
         for sink in self.sinks:
             sink.close()
 
+    def streams(self) -> dict[str, StreamedFile]:
+        return {s.name: StreamedFile(s.writer, s.check) for s in self.sinks
+                if isinstance(s, _StreamSink) and s.writer is not None}
+
+
+def _declared_sha256(header: bytes | None) -> str | None:
+    """The sha-256 of an RFC 9530 ``Content-Digest`` part header, as lowercase hex."""
+    if header is None:
+        return None
+    for item in header.decode("latin-1").split(","):
+        algorithm, _, value = item.strip().partition("=")
+        if algorithm.strip().lower() != "sha-256":
+            continue
+        value = value.strip()
+        try:
+            raw = base64.b64decode(value[1:-1], validate=True) if value[:1] == ":" == value[-1:] \
+                else b""
+        except binascii.Error:
+            raw = b""
+        if len(raw) != 32:
+            raise BadRequest("a Content-Digest header is not sha-256=:<base64 of 32 bytes>:",
+                             code="invalid_digest", detail={"header": header[:200].decode(
+                                 "latin-1")})
+        return raw.hex()
+    return None
+
 
 def _boundary(content_type: str | None) -> bytes:
     kind, params = parse_options_header(content_type or "")
@@ -221,17 +311,37 @@ def _boundary(content_type: str | None) -> bytes:
 
 
 async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits, *,
-                         on_bytes: Callable[[int], None] = lambda _: None) -> ReceivedUpload:
-    """Stream a multipart body into ``staging``; refuse it as soon as a limit is crossed.
+                         on_bytes: Callable[[int], None] = lambda _: None,
+                         stream: StreamTarget | None = None) -> ReceivedUpload:
+    """Stream a multipart body into ``staging`` (and the weights to ``stream``); refuse it
+    as soon as a limit is crossed. Streamed blobs are aborted when this raises.
 
     ``on_bytes`` hears of every chunk as it arrives, refused uploads' included."""
-    boundary = _boundary(body.content_type)
+    _boundary(body.content_type)
     length = body.content_length
     declared = int(length) if length and length.isdigit() else 0
     if declared > limits.max_upload_bytes:
         raise _upload_too_large(limits)
-    receiver = _Receiver(staging, limits)
-    parser = MultipartParser(boundary, receiver.callbacks())  # type: ignore[arg-type]
+    receiver = _Receiver(staging, limits, stream)
+    try:
+        await _read_body(body, receiver, limits, on_bytes)
+    except BaseException:
+        receiver.close()
+        await ReceivedUpload(streams=receiver.streams()).abort_streams()
+        raise
+    receiver.close()
+    result = receiver.result
+    result.files = [sink.received() for sink in receiver.sinks]
+    result.streams = receiver.streams()
+    if not result.files:
+        raise AdapterInvalid("missing_config", "the upload has no files")
+    return result
+
+
+async def _read_body(body: UploadBody, receiver: _Receiver, limits: UploadLimits,
+                     on_bytes: Callable[[int], None]) -> None:
+    parser = MultipartParser(_boundary(body.content_type),
+                             receiver.callbacks())  # type: ignore[arg-type]
     total = 0
     try:
         async for chunk in body.chunks:
@@ -240,22 +350,22 @@ async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits, 
             if total > limits.max_upload_bytes:
                 raise _upload_too_large(limits)
             parser.write(chunk)
-            for sink in receiver.due():
-                await asyncio.to_thread(sink.flush)
+            await _flush(receiver)
         parser.finalize()
-        for sink in receiver.due(everything=True):
-            await asyncio.to_thread(sink.flush)
+        await _flush(receiver, everything=True)
     except MultipartParseError as exc:
         raise BadRequest("the multipart body is malformed", code="malformed_multipart",
                          detail={"reason": str(exc)[:200]}) from exc
-    finally:
-        receiver.close()
     if not receiver.ended:
         raise BadRequest("the multipart body ended early", code="incomplete_upload")
-    receiver.result.files = [sink.received() for sink in receiver.sinks]
-    if not receiver.result.files:
-        raise AdapterInvalid("missing_config", "the upload has no files")
-    return receiver.result
+
+
+async def _flush(receiver: _Receiver, *, everything: bool = False) -> None:
+    for streamed in receiver.unopened():
+        assert receiver.stream is not None
+        streamed.writer = await receiver.stream.open_writer(streamed.declared)
+    for sink in receiver.due(everything=everything):
+        await asyncio.to_thread(sink.flush)
 
 
 def _upload_too_large(limits: UploadLimits) -> PayloadTooLarge:

@@ -91,6 +91,14 @@ class Setup:
         listing = client.list_objects_v2(Bucket=self.bucket or "")
         return {obj["Key"].rsplit("/", 1)[-1] for obj in listing.get("Contents", [])}
 
+    def incomplete(self) -> list[str]:
+        """Uploads never finished: open multipart uploads, or the local store's .tmp."""
+        if self.s3 is None:
+            root = self.data_dir / "blobs"
+            return sorted(p.name for p in root.rglob(".*.tmp")) if root.exists() else []
+        listing = self.s3.client().list_multipart_uploads(Bucket=self.bucket or "")
+        return sorted(u["Key"] for u in listing.get("Uploads", []))
+
 
 @pytest.fixture
 def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
@@ -220,10 +228,13 @@ async def test_a_registry_killed_at_each_step_of_an_upload_leaves_all_or_nothing
         created = await client.post(f"{first.url}/v1/adapters", json={
             "name": "bot", "base_model": "tiny-llama", "tenant": "acme"})
     assert created.status_code == 201, created.text
-    folder = make_adapter(tmp_path / "adapter", seed=7)
+    # Over two 5 MiB parts: killed mid-stream, S3 holds an open multipart upload.
+    folder = make_adapter(tmp_path / "adapter", seed=7, hidden=1024, intermediate=2048,
+                          rank=64, layers=12)
     await reach_step_and_kill(setup, first, step, folder)
 
-    second = setup.start(LORAPLANE_BLOB_GC_GRACE_S="0", LORAPLANE_BLOB_GC_INTERVAL_S="0.5")
+    second = setup.start(LORAPLANE_BLOB_GC_GRACE_S="0", LORAPLANE_BLOB_GC_INTERVAL_S="0.5",
+                         **lease)
     found = await versions(second)
     if step == "committed":
         [version] = found
@@ -241,4 +252,7 @@ async def test_a_registry_killed_at_each_step_of_an_upload_leaves_all_or_nothing
         expected = set()
     await eventually(lambda: setup.blobs() == expected or None,
                      what=f"the blobs to be exactly {sorted(expected)}")
+    # What the killed upload had begun (a .tmp file, an open multipart upload) is swept.
+    await eventually(lambda: setup.incomplete() == [] or None,
+                     what="no upload left unfinished in the blob store")
     assert list((setup.data_dir / "staging").iterdir()) == []

@@ -59,19 +59,22 @@ def test_a_registry_killed_mid_upload_is_swept_at_restart(tmp_path: Path) -> Non
         "name": "bot", "base_model": "tiny-llama", "tenant": "acme"},
         headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert created.status_code == 201, created.text
-    staging = data_dir / "staging"
+    staging, blobs = data_dir / "staging", data_dir / "blobs"
     hold = threading.Event()
     upload = threading.Thread(target=stalled_upload, args=(first.url, token, hold))
     upload.start()
     try:
+        # The weights stream to a .tmp file of the blob store, beside the upload's folder
+        # in staging.
         asyncio.run(eventually(
-            lambda: any(p.is_dir() and any(p.iterdir()) for p in staging.iterdir()),
-            timeout_s=30, what="the upload to reach staging"))
+            lambda: any(staging.iterdir()) and any(blobs.glob(".upload.*.tmp")),
+            timeout_s=30, what="the upload to reach staging and the blob store"))
         first.process.stop(grace_s=30, sig=signal.SIGKILL)
     finally:
         hold.set()
         upload.join(60)
     assert any(staging.iterdir())
+    [killed] = blobs.glob(".upload.*.tmp")
     # A blob write cut short long ago, and one that may still be in flight.
     shard = data_dir / "blobs" / "ab"
     shard.mkdir(parents=True, exist_ok=True)
@@ -86,5 +89,6 @@ def test_a_registry_killed_mid_upload_is_swept_at_restart(tmp_path: Path) -> Non
         assert list(staging.iterdir()) == []
         assert not stale.exists()
         assert fresh.exists()  # inside the grace period: maybe a live writer's
+        assert killed.exists()  # the same; the blob collector takes it once it is old
     finally:
         second.process.stop(grace_s=30, sig=signal.SIGINT)
