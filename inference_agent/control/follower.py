@@ -167,7 +167,10 @@ class Follower:
         if not client.is_closed:
             try:
                 await asyncio.wait_for(client.close(), 5)
-            except (nats.errors.Error, OSError, TimeoutError) as exc:
+            except (nats.errors.Error, OSError, TimeoutError, RuntimeError) as exc:
+                # RuntimeError: under uvloop (the agent's loop), nats-py's flush of pending
+                # bytes on a connection that already died raises "the handler is closed",
+                # where asyncio's own transport ignores the write. Either way it is closed.
                 log.debug("closing NATS: %s", exc)
         await _stop_leftover_tasks(client)
 
