@@ -52,13 +52,14 @@ def is_dir(path: Path) -> bool:
 
 
 class FakeVllm:
-    """The VllmClient surface the cache uses, with a gate to hold loads open."""
+    """The VllmClient surface the cache uses, with gates to hold loads and unloads open."""
 
     def __init__(self) -> None:
         self.names: dict[str, Path] = {}
         self.load_calls: list[str] = []
         self.unload_calls: list[str] = []
         self.gate: asyncio.Event | None = None
+        self.unload_gate: asyncio.Event | None = None
         self.refuse: set[str] = set()
         self.down = False
 
@@ -80,6 +81,8 @@ class FakeVllm:
 
     async def unload(self, name: str) -> None:
         self.unload_calls.append(name)
+        if self.unload_gate is not None:
+            await self.unload_gate.wait()
         if self.down:
             raise VllmUnavailable("down")
         self.names.pop(name, None)

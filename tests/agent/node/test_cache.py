@@ -200,3 +200,19 @@ async def test_resync_drops_what_vllm_lost_and_unloads_our_strays(world: World) 
     assert world.cache.loaded_names() == ["b@1"]
     assert set(world.vllm.names) == {"b@1", "hand-made"}
     assert await world.cache.ensure_active(world.ref("a")) == "a@1"
+
+
+async def test_resync_keeps_a_stray_that_a_reconcile_loaded_meanwhile(world: World) -> None:
+    """A restarted agent: vLLM still has two versions of the run before, which the cache
+    does not know yet. While resync unloads the first, a reconcile loads the second (vLLM
+    answers a load of a name it has as done): resync must not unload it after all."""
+    world.vllm.names["a@1"] = Path("/nowhere")
+    world.vllm.names["b@1"] = Path("/nowhere")
+    world.vllm.unload_gate = asyncio.Event()
+    resync = asyncio.create_task(world.cache.resync())
+    await eventually(lambda: world.vllm.unload_calls == ["a@1"], what="a@1 being unloaded")
+    assert await world.cache.ensure_active(world.ref("b")) == "b@1"
+    world.vllm.unload_gate.set()
+    assert await resync == set()
+    assert world.vllm.unload_calls == ["a@1"]
+    assert set(world.vllm.names) == {"b@1"} and world.cache.loaded_names() == ["b@1"]
