@@ -55,15 +55,17 @@ async def get_timeline(name: str, session: SessionDep, principal: PrincipalDep,
 
 
 @api.get("/fleet")
-async def get_fleet(session: SessionDep, principal: PrincipalDep) -> Fleet:
-    return await service.fleet(session, principal)
+async def get_fleet(ctx: CtxDep, session: SessionDep, principal: PrincipalDep) -> Fleet:
+    return await service.fleet(session, principal,
+                               stale_after_s=ctx.settings.agent_stale_after_s)
 
 
 @api.get("/stream", include_in_schema=False)
 async def stream(ctx: CtxDep, principal: PrincipalDep, token: TokenDep) -> StreamingResponse:
     # ``principal`` refuses a bad token with the usual 4xx before the stream starts.
     del principal
-    updates = live_updates(ctx.db, token, interval_s=ctx.settings.ui_poll_interval_s)
+    updates = live_updates(ctx.db, token, interval_s=ctx.settings.ui_poll_interval_s,
+                           stale_after_s=ctx.settings.agent_stale_after_s)
     return StreamingResponse(updates, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

@@ -31,15 +31,17 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-async def _look(db: Database, token: str | None) -> tuple[tuple[int, int], str]:
+async def _look(db: Database, token: str | None,
+                stale_after_s: float) -> tuple[tuple[int, int], str]:
     async with db.session() as session:
         principal = await authenticate(session, token)
         mark = await change_mark(session, principal)
-        return mark, (await fleet(session, principal)).model_dump_json()
+        view = await fleet(session, principal, stale_after_s=stale_after_s)
+        return mark, view.model_dump_json()
 
 
-async def live_updates(db: Database, token: str | None, *,
-                       interval_s: float) -> AsyncIterator[str]:
+async def live_updates(db: Database, token: str | None, *, interval_s: float,
+                       stale_after_s: float) -> AsyncIterator[str]:
     """``changes`` (the events mark moved: read the adapters again) and ``fleet`` (the
     new fleet) events; the first look sends both. An ``error`` event ends the stream."""
     yield "retry: 2000\n\n"
@@ -48,7 +50,7 @@ async def live_updates(db: Database, token: str | None, *,
     quiet_s = 0.0
     while True:
         try:
-            mark, fleet_json = await _look(db, token)
+            mark, fleet_json = await _look(db, token, stale_after_s)
         except RegistryError as exc:
             yield frame("error", _json({"code": exc.code, "message": exc.message}))
             return

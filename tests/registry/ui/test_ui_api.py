@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from devharness.registry import RegistryHarness
+from devharness.services import NatsService
 from registry_service.ui.routes import STATIC
-from tests.registry.agents.support import served
+from tests.conftest import _registry
+from tests.registry.agents.support import age_agent, served
 from tests.registry.auth.principals import assert_error
 from tests.registry.ui.support import (
     OTHER,
@@ -145,3 +149,19 @@ async def test_the_page_and_its_files_come_from_the_package(registry: RegistryHa
         # Nothing the page loads or calls is elsewhere: no absolute or protocol-relative URL.
         assert not re.search(r"https?:|[\"'(]//", served_file.text), name
     assert_error(await registry.client.get("/ui/static/missing.js"), 404, "not_found")
+
+
+async def test_the_fleet_follows_the_registrys_staleness_window(
+        request: pytest.FixtureRequest, backend: str, tmp_path: Path, nats: NatsService) -> None:
+    """An agent silent for 30 s shows stale in the fleet of a registry whose window is
+    20 s (by the default, 90 s, it would still be fresh)."""
+    async for registry in _registry(request, backend, tmp_path, nats, agent_stale_after_s=20.0):
+        await scene(registry, tmp_path)
+        await report_serving(registry, "gpu-b", served("bot", 1))
+        await age_agent(registry, "gpu-b", 30)
+        fleet = await registry.client.get("/ui/api/fleet", headers=registry.admin_headers)
+        assert fleet.status_code == 200, fleet.text
+        [bot] = [a for a in fleet.json()["adapters"] if a["adapter"] == "bot"]
+        [live] = bot["aliases"]
+        assert [(e["agent_id"], e["stale"]) for e in live["serving"]] == \
+            [("gpu-a", False), ("gpu-b", True)]
