@@ -118,7 +118,9 @@ async def run_window(target: Target, work: Workload, window: Window,
 
     async def loop(worker: int) -> None:
         turn = worker
-        while time.monotonic() < deadline:
+        # Every client sends at least once: on a loaded machine the set-up below can
+        # outlast a short window, which would otherwise measure nothing.
+        while turn == worker or time.monotonic() < deadline:
             prompt = work.prompts[turn % len(work.prompts)]
             turn += window.concurrency
             sent, first = time.perf_counter(), Stamp()
