@@ -274,12 +274,13 @@ class AdapterCache:
         lost = {name for name in before if name in self.active and name not in loaded}
         for name in lost:
             del self.active[name]
-        strays = {name for name in loaded if looks_versioned(name) and not self._known(name)}
+        strays = {name for name in loaded
+                  if looks_versioned(name) and name not in self.in_use_names()}
         for name in sorted(strays):
             # Checked again at each step: while an earlier stray was being unloaded, a
             # reconcile may have loaded this one (vLLM answers a load of a name it has
             # as done). Once the unload is registered, a later load waits for it.
-            if self._known(name):
+            if name in self.in_use_names():
                 strays.discard(name)
                 continue
             await self._unload(name)
@@ -288,9 +289,6 @@ class AdapterCache:
                         sorted(lost), sorted(strays))
             self._changed()
         return lost
-
-    def _known(self, name: str) -> bool:
-        return name in self.active or name in self._loading or name in self._reserved
 
     def _changed(self) -> None:
         self._metrics.versions_loaded.set(len(self.active))
