@@ -317,14 +317,14 @@ async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits, 
     as soon as a limit is crossed. Streamed blobs are aborted when this raises.
 
     ``on_bytes`` hears of every chunk as it arrives, refused uploads' included."""
-    _boundary(body.content_type)
+    boundary = _boundary(body.content_type)
     length = body.content_length
     declared = int(length) if length and length.isdigit() else 0
     if declared > limits.max_upload_bytes:
         raise _upload_too_large(limits)
     receiver = _Receiver(staging, limits, stream)
     try:
-        await _read_body(body, receiver, limits, on_bytes)
+        await _read_body(body, boundary, receiver, limits, on_bytes)
     except BaseException:
         receiver.close()
         await ReceivedUpload(streams=receiver.streams()).abort_streams()
@@ -338,10 +338,9 @@ async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits, 
     return result
 
 
-async def _read_body(body: UploadBody, receiver: _Receiver, limits: UploadLimits,
-                     on_bytes: Callable[[int], None]) -> None:
-    parser = MultipartParser(_boundary(body.content_type),
-                             receiver.callbacks())  # type: ignore[arg-type]
+async def _read_body(body: UploadBody, boundary: bytes, receiver: _Receiver,
+                     limits: UploadLimits, on_bytes: Callable[[int], None]) -> None:
+    parser = MultipartParser(boundary, receiver.callbacks())  # type: ignore[arg-type]
     total = 0
     try:
         async for chunk in body.chunks:
