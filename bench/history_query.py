@@ -33,21 +33,18 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
-import numpy as np
 
 from bench.common import (
     busy_share,
@@ -57,19 +54,12 @@ from bench.common import (
     running_registry,
     table,
 )
+from bench.history_data import HOT, TENANT, TYPICAL, History, load_postgres
 
 ADMIN_TOKEN = "lp_bench-history-admin-token-0123456789"
-TENANT = "bench"
-BASE_MODEL = "meta-llama/Llama-3.1-8B"
-HOT = "bench-hot"
-TYPICAL = "bench-0002"
 PAGE = 50
 WARMUP = 20
 INDEX = "uq_versions_adapter_id_number"
-COPY_BATCH = 100_000
-VERSION_COLUMNS = ("id", "adapter_id", "number", "digest", "files", "total_size", "rank",
-                   "alpha", "target_modules", "uploader", "notes", "created_at")
-TARGETS_JSON = json.dumps(["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -86,79 +76,20 @@ class Dataset:
     index_mib: float
 
 
-def _files_json(i: int) -> str:
-    return json.dumps([
-        {"name": "adapter_config.json", "size": 812, "sha256": secrets.token_hex(32)},
-        {"name": "adapter_model.safetensors", "size": 33_554_432 + i % 4096,
-         "sha256": secrets.token_hex(32)},
-    ])
-
-
-def version_rows(assign: np.ndarray[Any, Any], start: datetime) -> Iterator[tuple[Any, ...]]:
-    """Rows in upload order: ``assign[i]`` is the adapter of the i-th upload."""
-    counters: dict[int, int] = {}
-    for i, adapter_id in enumerate(assign.tolist(), start=1):
-        number = counters.get(adapter_id, 0) + 1
-        counters[adapter_id] = number
-        yield (i, adapter_id, number, secrets.token_hex(32), _files_json(i),
-               33_555_244 + i % 4096, 16, 32.0, TARGETS_JSON, "ci-publisher",
-               f"nightly fine-tune {number}", start + timedelta(seconds=30 * i))
-
-
-def _batches(rows: Iterator[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
-    batch: list[tuple[Any, ...]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 async def load(url: str, versions: int, adapters: int, seed: int) -> Dataset:
-    """Fill a migrated, empty database; every adapter gets at least one version."""
+    """Fill a migrated, empty database (``bench/history_data.py``: versions and the
+    alias moves they imply); every adapter gets at least one version."""
     t0 = time.perf_counter()
-    hot_versions = max(1, versions // 10)
-    others = adapters - 1
-    if others < 1 or versions - hot_versions < others:
-        raise ValueError("need at least 2 adapters and one version for each")
-    base, extra = divmod(versions - hot_versions, others)
-    counts = np.array([hot_versions] + [base + (1 if i < extra else 0) for i in range(others)])
-    ids = np.arange(1, adapters + 1)
-    assign = np.repeat(ids, counts)
-    np.random.default_rng(seed).shuffle(assign)
-    names = [HOT] + [f"bench-{i:04d}" for i in range(1, adapters)]
-    start = datetime(2024, 1, 1, tzinfo=UTC)
+    history = History(versions, adapters, seed)
+    await load_postgres(url, history)
     conn = await asyncpg.connect(url)
     try:
-        async with conn.transaction():
-            await conn.execute("INSERT INTO tenants (id, name, created_at) VALUES (1, $1, $2)",
-                               TENANT, start)
-            await conn.copy_records_to_table(
-                "adapters",
-                records=[(int(i), n, 1, BASE_MODEL, "", int(c), start, None)
-                         for i, n, c in zip(ids, names, counts, strict=True)],
-                columns=["id", "name", "tenant_id", "base_model", "description",
-                         "last_version", "created_at", "deleted_at"])
-            done = 0
-            for batch in _batches(version_rows(assign, start), COPY_BATCH):
-                await conn.copy_records_to_table("versions", records=batch,
-                                                 columns=list(VERSION_COLUMNS))
-                done += len(batch)
-                print(f"  copied {done:,}/{versions:,} versions", file=sys.stderr)
-            for table_name in ("tenants", "adapters", "versions"):
-                await conn.execute(
-                    f"SELECT setval(pg_get_serial_sequence('{table_name}', 'id'), "
-                    f"(SELECT max(id) FROM {table_name}))")
-        # A steady state: statistics gathered, visibility map set.
-        await conn.execute("VACUUM (ANALYZE) versions")
-        await conn.execute("VACUUM (ANALYZE) adapters")
         table_bytes = await conn.fetchval("SELECT pg_total_relation_size('versions')")
         index_bytes = await conn.fetchval(f"SELECT pg_relation_size('{INDEX}')")
     finally:
         await conn.close()
-    return Dataset(versions, adapters, hot_versions, dict(zip(names, ids.tolist(), strict=True)),
+    return Dataset(versions, adapters, history.hot_versions,
+                   dict(zip(history.names, history.ids, strict=True)),
                    time.perf_counter() - t0, table_bytes / 2**20, index_bytes / 2**20)
 
 

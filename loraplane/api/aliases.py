@@ -40,3 +40,5 @@ class AliasHistory(BaseModel):
     adapter: str
     alias: str
     moves: list[AliasMoveOut]
+    # The revision to pass as ``cursor`` for the older moves; None on the last page.
+    next_cursor: str | None = None

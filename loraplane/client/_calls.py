@@ -111,9 +111,10 @@ def delete_alias(name: str, alias: str) -> Call[AliasState]:
     return Call("DELETE", path("adapters", name, "aliases", alias), model(AliasState))
 
 
-def alias_history(name: str, alias: str, limit: int | None) -> Call[AliasHistory]:
+def alias_history(name: str, alias: str, limit: int | None,
+                  cursor: str | None = None) -> Call[AliasHistory]:
     return Call("GET", path("adapters", name, "aliases", alias, "history"),
-                model(AliasHistory), params=query({"limit": limit}))
+                model(AliasHistory), params=query({"limit": limit, "cursor": cursor}))
 
 
 # Routing rules

@@ -198,9 +198,10 @@ class RegistryClient:
         return self.send(api.delete_alias(name, alias))
 
     def alias_history(self, name: str, alias: str = DEFAULT_ALIAS, *,
-                      limit: int | None = None) -> AliasHistory:
-        """The moves of ``alias``, newest first."""
-        return self.send(api.alias_history(name, alias, limit))
+                      limit: int | None = None, cursor: str | None = None) -> AliasHistory:
+        """The moves of ``alias``, newest first; pass a page's ``next_cursor`` as
+        ``cursor`` for the older ones."""
+        return self.send(api.alias_history(name, alias, limit, cursor))
 
     # Routing rules
 

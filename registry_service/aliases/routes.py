@@ -44,5 +44,8 @@ async def rollback_alias(name: str, alias: str, session: SessionDep, principal: 
 
 @router.get("/{alias}/history")
 async def get_history(name: str, alias: str, session: SessionDep, principal: PrincipalDep,
-                      limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> AliasHistory:
-    return await service.alias_history(session, principal, name, alias, limit)
+                      limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                      cursor: str | None = None) -> AliasHistory:
+    """The alias's moves, newest first; ``next_cursor`` (a revision) fetches the next
+    ``limit`` as ``cursor``."""
+    return await service.alias_history(session, principal, name, alias, limit, cursor)

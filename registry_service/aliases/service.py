@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from loraplane.api.bounds import INT32_MAX, parse_bounded
 from loraplane.events import AdapterUpdated, AliasAction
 from loraplane.naming import is_slug
 from registry_service.adapters.lookup import get_visible_adapter
@@ -23,7 +24,7 @@ from registry_service.aliases.models import Alias, AliasMove
 from registry_service.aliases.schemas import AliasHistory, AliasMoveOut, AliasState
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
-from registry_service.errors import Conflict, InvalidInput, NotFound
+from registry_service.errors import BadRequest, Conflict, InvalidInput, NotFound
 from registry_service.events.service import envelope, record_event
 from registry_service.versions.lookup import get_version, version_by_id
 from registry_service.versions.models import Version
@@ -181,14 +182,28 @@ async def _move_to_undo(session: AsyncSession, alias: Alias) -> int | None:
 
 
 async def alias_history(
-    session: AsyncSession, principal: Principal, name: str, alias_name: str, limit: int
+    session: AsyncSession, principal: Principal, name: str, alias_name: str, limit: int,
+    cursor: str | None = None,
 ) -> AliasHistory:
+    """The alias's moves, newest first, ``limit`` at a time; ``cursor`` (a revision)
+    continues below the page that handed it out."""
     principal.require(Role.READER)
+    before = None
+    if cursor is not None:
+        before = parse_bounded(cursor, low=1, high=INT32_MAX)
+        if before is None:
+            raise BadRequest("the cursor is not valid", code="invalid_cursor")
     adapter = await get_visible_adapter(session, principal, name)
-    moves = [move for _, move in await _moves(session, adapter, limit, alias_name)]
-    if not moves:
-        await _existing_alias(session, adapter, alias_name)
-    return AliasHistory(adapter=adapter.name, alias=alias_name, moves=moves)
+    alias = await session.scalar(
+        select(Alias).where(Alias.adapter_id == adapter.id, Alias.name == alias_name))
+    moves = [] if alias is None else await _alias_moves(session, alias.id, limit + 1, before)
+    if not moves and (alias is None or (alias.version_id is None and before is None)):
+        raise NotFound(f"alias {alias_name!r} of {adapter.name!r} not found",
+                       code="alias_not_found", detail={"alias": alias_name})
+    page = [move for _, move in moves[:limit]]
+    next_cursor = str(page[-1].revision) if len(moves) > limit else None
+    return AliasHistory(adapter=adapter.name, alias=alias_name, moves=page,
+                        next_cursor=next_cursor)
 
 
 async def adapter_moves(
@@ -196,28 +211,39 @@ async def adapter_moves(
 ) -> list[tuple[str, AliasMoveOut]]:
     """The latest ``limit`` moves of every alias of ``adapter`` (removed ones included),
     newest first, each with its alias's name."""
-    return await _moves(session, adapter, limit, None)
+    aliases = await session.execute(
+        select(Alias.id, Alias.name).where(Alias.adapter_id == adapter.id))
+    # Each alias's newest moves come off its (alias_id, revision) index and are merged
+    # here: one ORDER BY over the adapter's moves would read them all to sort them.
+    merged: list[tuple[int, str, AliasMoveOut]] = []
+    for alias_id, alias_name in aliases.all():
+        merged += [(move_id, alias_name, move)
+                   for move_id, move in await _alias_moves(session, alias_id, limit, None)]
+    merged.sort(key=lambda item: item[0], reverse=True)
+    return [(alias_name, move) for _, alias_name, move in merged[:limit]]
 
 
-async def _moves(
-    session: AsyncSession, adapter: Adapter, limit: int, alias_name: str | None
-) -> list[tuple[str, AliasMoveOut]]:
+async def _alias_moves(
+    session: AsyncSession, alias_id: int, limit: int, before: int | None
+) -> list[tuple[int, AliasMoveOut]]:
+    """One alias's moves below revision ``before``, newest first, with their ids.
+
+    An alias's moves are serialized by its row lock, so its revisions order them; the
+    (alias_id, revision) index hands them out in that order and the scan stops at
+    ``limit``, however long the alias's history is."""
     from_v, to_v = aliased(Version), aliased(Version)
     query = (
-        select(Alias.name, AliasMove, from_v.number, to_v.number)
-        .join(Alias, Alias.id == AliasMove.alias_id)
+        select(AliasMove, from_v.number, to_v.number)
         .outerjoin(from_v, from_v.id == AliasMove.from_version_id)
         .outerjoin(to_v, to_v.id == AliasMove.to_version_id)
-        .where(Alias.adapter_id == adapter.id)
+        .where(AliasMove.alias_id == alias_id)
     )
-    if alias_name is not None:
-        query = query.where(Alias.name == alias_name)
-    # The id orders the moves as they were inserted; an alias's moves are serialized by
-    # its row lock, so for one alias that is also the order of revisions.
-    rows = await session.execute(query.order_by(AliasMove.id.desc()).limit(limit))
-    return [(alias, AliasMoveOut(revision=m.revision, action=m.action, from_version=f,
-                                 to_version=t, actor=m.actor, created_at=m.created_at))
-            for alias, m, f, t in rows]
+    if before is not None:
+        query = query.where(AliasMove.revision < before)
+    rows = await session.execute(query.order_by(AliasMove.revision.desc()).limit(limit))
+    return [(m.id, AliasMoveOut(revision=m.revision, action=m.action, from_version=f,
+                                to_version=t, actor=m.actor, created_at=m.created_at))
+            for m, f, t in rows]
 
 
 async def alias_versions(

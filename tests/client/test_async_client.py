@@ -52,6 +52,8 @@ async def test_adapters_versions_and_aliases(served: Served, adapter_dir: Path,
         assert (back.version, back.revision) == (1, 3)
         history = await registry.alias_history("bot", "live", limit=10)
         assert [m.action for m in history.moves] == ["rollback", "promote", "publish"]
+        older = await registry.alias_history("bot", "live", limit=1, cursor="3")
+        assert [m.action for m in older.moves] == ["promote"] and older.next_cursor == "2"
         removed = await registry.delete_alias("bot", "canary")
         assert removed.version is None
 

@@ -30,6 +30,10 @@ def publish_promote_history(url: str, token: str, first: Path, second: Path) -> 
         assert registry.rollback("bot").version == 1
         assert [m.action for m in registry.alias_history("bot").moves] == [
             "rollback", "promote", "publish"]
+        newest = registry.alias_history("bot", limit=2)
+        assert [m.revision for m in newest.moves] == [3, 2] and newest.next_cursor == "2"
+        oldest = registry.alias_history("bot", limit=2, cursor=newest.next_cursor)
+        assert [m.revision for m in oldest.moves] == [1] and oldest.next_cursor is None
         assert registry.delete_alias("bot", "canary").version is None
         assert [v.version for v in registry.list_versions("bot", limit=1)] == [2]
         assert registry.versions_page("bot").next_cursor is None

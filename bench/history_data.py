@@ -1,0 +1,240 @@
+"""A registry's history after years of uploads, written straight into Postgres or SQLite.
+
+``--versions`` versions over ``--adapters`` adapters in upload order, the hot adapter
+(``bench-hot``) holding 10% of them, interleaved with everyone else's (a seeded
+shuffle). The aliases move as pushes and promotions would have moved them, in the same
+order, so ``alias_moves`` ids follow time:
+
+- every push moves the adapter's ``latest`` (``publish``);
+- the hot adapter promotes every 10th version to ``live`` and every 4th to
+  ``canary``, and every 20th ``live`` promotion is followed by a ``rollback``;
+- every other adapter promotes every 50th version to ``live``.
+
+At 1,000,000 versions that is about 1,050,000 moves: 100,000 on ``bench-hot/latest``,
+about 10,500 on ``bench-hot/live`` and 18 on a typical adapter's ``live``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+TENANT = "bench"
+BASE_MODEL = "meta-llama/Llama-3.1-8B"
+HOT = "bench-hot"
+TYPICAL = "bench-0002"
+BATCH = 50_000
+START = datetime(2024, 1, 1, tzinfo=UTC)
+VERSION_COLUMNS = ("id", "adapter_id", "number", "digest", "files", "total_size", "rank",
+                   "alpha", "target_modules", "uploader", "notes", "created_at")
+MOVE_COLUMNS = ("id", "alias_id", "revision", "action", "from_version_id", "to_version_id",
+                "actor", "created_at")
+TARGETS_JSON = json.dumps(["q_proj", "k_proj", "v_proj", "o_proj"])
+# (alias, every nth version of the hot adapter / of the others; 0: never)
+PROMOTIONS = (("live", 10, 50), ("canary", 4, 0))
+ROLLBACK_EVERY = 20  # hot adapter's live promotions
+
+
+@dataclass
+class AliasState:
+    id: int
+    adapter_id: int
+    name: str
+    version_id: int | None = None
+    revision: int = 0
+    promotions: int = 0
+    history: list[int | None] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    versions: list[tuple[Any, ...]]
+    moves: list[tuple[Any, ...]]
+
+
+class History:
+    """The seeded registry: adapters, their aliases and the rows, generated lazily."""
+
+    def __init__(self, versions: int, adapters: int, seed: int) -> None:
+        self.versions = versions
+        self.adapters = adapters
+        self.hot_versions = max(1, versions // 10)
+        others = adapters - 1
+        if others < 1 or versions - self.hot_versions < others:
+            raise ValueError("need at least 2 adapters and one version for each")
+        base, extra = divmod(versions - self.hot_versions, others)
+        self.counts = [self.hot_versions] + [base + (1 if i < extra else 0)
+                                             for i in range(others)]
+        self.names = [HOT] + [f"bench-{i:04d}" for i in range(1, adapters)]
+        self.ids = list(range(1, adapters + 1))
+        assign = np.repeat(np.array(self.ids), np.array(self.counts))
+        np.random.default_rng(seed).shuffle(assign)
+        self.assign: list[int] = assign.tolist()
+        self.aliases: dict[tuple[int, str], AliasState] = {}
+        for adapter_id in self.ids:
+            for name in self._alias_names(adapter_id):
+                self.aliases[(adapter_id, name)] = AliasState(len(self.aliases) + 1,
+                                                              adapter_id, name)
+        self.moves = 0
+
+    @staticmethod
+    def _alias_names(adapter_id: int) -> list[str]:
+        return ["latest", "live", "canary"] if adapter_id == 1 else ["latest", "live"]
+
+    def adapter_rows(self) -> list[tuple[Any, ...]]:
+        return [(i, n, 1, BASE_MODEL, "", c, START, None)
+                for i, n, c in zip(self.ids, self.names, self.counts, strict=True)]
+
+    def alias_rows(self) -> list[tuple[Any, ...]]:
+        """Every alias, pointing where the history left it."""
+        return [(a.id, a.adapter_id, a.name, a.version_id, a.revision, START)
+                for a in self.aliases.values()]
+
+    def _move(self, alias: AliasState, action: str, to: int | None,
+              at: datetime) -> tuple[Any, ...]:
+        self.moves += 1
+        alias.revision += 1
+        row = (self.moves, alias.id, alias.revision, action, alias.version_id, to,
+               "ci-publisher", at)
+        alias.version_id = to
+        return row
+
+    def _moves_for(self, adapter_id: int, number: int, version_id: int,
+                   at: datetime) -> Iterator[tuple[Any, ...]]:
+        latest = self.aliases[(adapter_id, "latest")]
+        yield self._move(latest, "publish", version_id, at)
+        hot = adapter_id == 1
+        for name, hot_every, other_every in PROMOTIONS:
+            every = hot_every if hot else other_every
+            if not every or number % every:
+                continue
+            alias = self.aliases[(adapter_id, name)]
+            alias.history.append(alias.version_id)
+            alias.promotions += 1
+            yield self._move(alias, "promote", version_id, at + timedelta(seconds=1))
+            if hot and name == "live" and alias.promotions % ROLLBACK_EVERY == 0:
+                back = alias.history.pop()
+                yield self._move(alias, "rollback", back, at + timedelta(seconds=2))
+
+    def batches(self, size: int = BATCH) -> Iterator[Batch]:
+        """Versions and alias moves in upload order, ``size`` uploads at a time."""
+        counters: dict[int, int] = {}
+        batch = Batch([], [])
+        for i, adapter_id in enumerate(self.assign, start=1):
+            number = counters.get(adapter_id, 0) + 1
+            counters[adapter_id] = number
+            at = START + timedelta(seconds=30 * i)
+            batch.versions.append((i, adapter_id, number, secrets.token_hex(32),
+                                   _files_json(i), 33_555_244 + i % 4096, 16, 32.0,
+                                   TARGETS_JSON, "ci-publisher", f"nightly fine-tune {number}",
+                                   at))
+            batch.moves.extend(self._moves_for(adapter_id, number, i, at))
+            if len(batch.versions) == size:
+                yield batch
+                batch = Batch([], [])
+        if batch.versions:
+            yield batch
+
+    def move_count(self, adapter: str, alias: str) -> int:
+        return self.aliases[(self.names.index(adapter) + 1, alias)].revision
+
+
+def _files_json(i: int) -> str:
+    return json.dumps([
+        {"name": "adapter_config.json", "size": 812, "sha256": secrets.token_hex(32)},
+        {"name": "adapter_model.safetensors", "size": 33_554_432 + i % 4096,
+         "sha256": secrets.token_hex(32)},
+    ])
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"  wrote {done:,}/{total:,} versions", file=sys.stderr)
+
+
+async def load_postgres(url: str, history: History) -> None:
+    """COPY the history into a migrated, empty database, then VACUUM (ANALYZE)."""
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            await conn.execute("INSERT INTO tenants (id, name, created_at) VALUES (1, $1, $2)",
+                               TENANT, START)
+            await conn.copy_records_to_table(
+                "adapters", records=history.adapter_rows(),
+                columns=["id", "name", "tenant_id", "base_model", "description",
+                         "last_version", "created_at", "deleted_at"])
+            # Aliases first (the moves point at them), where they end up after the moves.
+            await conn.copy_records_to_table(
+                "aliases", records=[(a.id, a.adapter_id, a.name, None, 0, START)
+                                    for a in history.aliases.values()],
+                columns=["id", "adapter_id", "name", "version_id", "revision", "updated_at"])
+            done = 0
+            for batch in history.batches():
+                await conn.copy_records_to_table("versions", records=batch.versions,
+                                                 columns=list(VERSION_COLUMNS))
+                await conn.copy_records_to_table("alias_moves", records=batch.moves,
+                                                 columns=list(MOVE_COLUMNS))
+                done += len(batch.versions)
+                _progress(done, history.versions)
+            await conn.executemany(
+                "UPDATE aliases SET version_id = $2, revision = $3 WHERE id = $1",
+                [(a.id, a.version_id, a.revision) for a in history.aliases.values()])
+            for table_name in ("tenants", "adapters", "versions", "aliases", "alias_moves"):
+                await conn.execute(
+                    f"SELECT setval(pg_get_serial_sequence('{table_name}', 'id'), "
+                    f"(SELECT max(id) FROM {table_name}))")
+        for table_name in ("versions", "adapters", "aliases", "alias_moves"):
+            await conn.execute(f"VACUUM (ANALYZE) {table_name}")
+    finally:
+        await conn.close()
+
+
+def _sqlite_value(value: Any) -> Any:
+    # The registry's UTCDateTime stores naive UTC text on SQLite.
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")
+    return value
+
+
+def _sqlite_insert(db: sqlite3.Connection, table_name: str, columns: tuple[str, ...],
+                   rows: list[tuple[Any, ...]]) -> None:
+    marks = ", ".join("?" * len(columns))
+    db.executemany(f"INSERT INTO {table_name} ({', '.join(columns)}) VALUES ({marks})",
+                   [tuple(_sqlite_value(v) for v in row) for row in rows])
+
+
+def load_sqlite(path: str, history: History) -> None:
+    """Insert the history into a migrated, empty SQLite file, then ANALYZE."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("BEGIN")
+        _sqlite_insert(db, "tenants", ("id", "name", "created_at"), [(1, TENANT, START)])
+        _sqlite_insert(db, "adapters", ("id", "name", "tenant_id", "base_model",
+                                        "description", "last_version", "created_at",
+                                        "deleted_at"), history.adapter_rows())
+        done = 0
+        alias_columns = ("id", "adapter_id", "name", "version_id", "revision", "updated_at")
+        _sqlite_insert(db, "aliases", alias_columns,
+                       [(a.id, a.adapter_id, a.name, None, 0, START)
+                        for a in history.aliases.values()])
+        for batch in history.batches():
+            _sqlite_insert(db, "versions", VERSION_COLUMNS, batch.versions)
+            _sqlite_insert(db, "alias_moves", MOVE_COLUMNS, batch.moves)
+            done += len(batch.versions)
+            _progress(done, history.versions)
+        db.executemany("UPDATE aliases SET version_id = ?, revision = ? WHERE id = ?",
+                       [(a.version_id, a.revision, a.id) for a in history.aliases.values()])
+        db.execute("COMMIT")
+        db.execute("ANALYZE")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        db.close()
