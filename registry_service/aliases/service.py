@@ -166,19 +166,37 @@ async def rollback(
     return state
 
 
+# Moves a rollback reads at a time while it looks for the move to undo.
+UNDO_SCAN_PAGE = 100
+
+
 async def _move_to_undo(session: AsyncSession, alias: Alias) -> int | None:
-    """The ``from`` version of the latest move not undone by a rollback, if any."""
-    moves = await session.execute(
-        select(AliasMove.action, AliasMove.from_version_id)
-        .where(AliasMove.alias_id == alias.id).order_by(AliasMove.revision)
-    )
-    stack: list[int | None] = []
-    for action, from_version_id in moves:
-        if action != "rollback":
-            stack.append(from_version_id)
-        elif stack:
-            stack.pop()
-    return stack[-1] if stack else None
+    """The ``from`` version of the latest move not undone by a rollback, if any.
+
+    Walked newest first, as brackets: each rollback undid the latest earlier move that
+    was not undone yet, so the answer is the newest non-rollback move that no later
+    rollback matches. The moves come a page at a time off the (alias_id, revision)
+    index, so a rollback reads a few rows however long the alias's history is (it holds
+    the alias's row lock, and on SQLite the write lock, meanwhile)."""
+    pending = 0
+    before: int | None = None
+    while True:
+        query = select(AliasMove.revision, AliasMove.action, AliasMove.from_version_id) \
+            .where(AliasMove.alias_id == alias.id)
+        if before is not None:
+            query = query.where(AliasMove.revision < before)
+        rows = (await session.execute(
+            query.order_by(AliasMove.revision.desc()).limit(UNDO_SCAN_PAGE))).all()
+        for _, action, from_version_id in rows:
+            if action == "rollback":
+                pending += 1
+            elif pending:
+                pending -= 1
+            else:
+                return from_version_id
+        if len(rows) < UNDO_SCAN_PAGE:
+            return None
+        before = rows[-1].revision
 
 
 async def alias_history(

@@ -1,15 +1,19 @@
-"""Alias history pages: newest first by revision, ``next_cursor`` to the older moves, and
-the per-adapter merge of every alias's moves that the /ui timeline shows."""
+"""Alias history pages: newest first by revision, ``next_cursor`` to the older moves, the
+per-adapter merge of every alias's moves that the /ui timeline shows, and a rollback
+that reads the history a page at a time."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devharness.adapters import make_adapter
 from devharness.registry import RegistryHarness
 from devharness.uploads import upload_dir
 from registry_service.adapters.lookup import get_visible_adapter
+from registry_service.aliases import service
 from registry_service.aliases.service import adapter_moves
 from registry_service.auth.roles import Principal, Role
 
@@ -97,3 +101,29 @@ async def test_adapter_moves_merge_every_alias_newest_first(
     newest_first = [(alias, version) for alias, version in reversed(order)]
     assert [(a, m.to_version) for a, m in latest] == newest_first[:4]
     assert [(a, m.to_version) for a, m in everything] == newest_first
+
+
+async def _rollback(registry: RegistryHarness) -> tuple[int, int | None]:
+    response = await registry.client.post("/v1/adapters/bot/aliases/live/rollback",
+                                          headers=registry.admin_headers)
+    return response.status_code, response.json().get("version")
+
+
+async def test_rollback_walks_back_across_pages_of_moves(
+    registry: RegistryHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two moves: the last rollback has to read seven moves to find that
+    nothing is left to undo, matching each rollback with the move it undid."""
+    monkeypatch.setattr(service, "UNDO_SCAN_PAGE", 2)
+    await _bot(registry, tmp_path, 3)
+    for version in (1, 2, 3):
+        await _put(registry, "live", version)
+    assert await _rollback(registry) == (200, 2)
+    assert await _rollback(registry) == (200, 1)
+    await _put(registry, "live", 3)
+    assert await _rollback(registry) == (200, 1)
+    status, _ = await _rollback(registry)
+    assert status == 409
+    _, page = await _history(registry, "live")
+    assert [m["action"] for m in page["moves"]] == [
+        "rollback", "promote", "rollback", "rollback", "promote", "promote", "promote"]
