@@ -321,7 +321,8 @@ class Registry:
 
 
 @contextmanager
-def running_registry(data_dir: Path, settings_env: dict[str, str]) -> Iterator[Registry]:
+def running_registry(data_dir: Path, settings_env: dict[str, str], *,
+                     startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[Registry]:
     """``loraplane registry serve`` as a process of its own, set up by ``LORAPLANE_*`` only.
 
     Nothing else of this environment's ``LORAPLANE_*`` reaches it. Stopped (SIGTERM,
@@ -339,6 +340,6 @@ def running_registry(data_dir: Path, settings_env: dict[str, str]) -> Iterator[R
     process = ChildProcess("the registry", argv, log_path=log_path, env=env, cwd=REPO)
     registry = Registry(process, f"http://127.0.0.1:{port}", log_path, data_dir)
     with process:
-        process.wait_ready(http_probe(f"{registry.url}/readyz"), STARTUP_TIMEOUT_S,
+        process.wait_ready(http_probe(f"{registry.url}/readyz"), startup_timeout_s,
                            interval_s=0.2)
         yield registry
