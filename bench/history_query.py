@@ -7,6 +7,8 @@ registry's own migrations, and filled with ``COPY`` (asyncpg
 adapter holding 10% of them (100,000 of 1,000,000), the rest spread evenly. Rows are
 written in upload order, the hot adapter's versions interleaved with everyone else's,
 as they would be after years of uploads (so a page of 50 is 50 different heap pages).
+The alias moves those uploads and promotions imply are written too
+(``bench/history_data.py``; ``bench/history_load.py`` times their history).
 
 Then, for the hot adapter's first page, a page in the middle of its history and one
 near its end (and a typical adapter's first page), each ``--samples`` times:
