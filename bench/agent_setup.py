@@ -50,12 +50,14 @@ _MATERIALIZED = re.compile(r"inference_agent\.node\.materialize: materialized "
 @contextlib.contextmanager
 def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
                   agent_settings: Mapping[str, str] | None = None,
-                  max_model_len: int = 2048, hosts: Sequence[str] = ("a",)
-                  ) -> Iterator[Testbed]:
+                  max_model_len: int = 2048, hosts: Sequence[str] = ("a",),
+                  model_dir: Path | None = None, max_lora_rank: int = 16,
+                  vllm_env: Mapping[str, str] | None = None) -> Iterator[Testbed]:
     """The testbed, one host (``a``) unless ``hosts`` names more, each with its vLLM and
-    agent; needs the vLLM venv (scripts/vllm/install.sh)."""
+    agent; needs the vLLM venv (scripts/vllm/install.sh). ``model_dir`` (with ``base/``)
+    replaces the tiny model."""
     python = ensure_vllm_env()
-    model = ensure_tiny_model(work / "tiny", python)
+    model = model_dir or ensure_tiny_model(work / "tiny", python)
     with contextlib.ExitStack() as stack:
         s3, nats = start_s3_and_nats(stack, work)
         database = PostgresDatabase()
@@ -65,7 +67,8 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
         testbed = stack.enter_context(running_testbed(
             work / "testbed", model_dir=model, vllm_python=python, database_url=database.url,
             nats=nats, s3=s3, hosts=hosts, max_loras=max_loras, max_loaded=max_loaded,
-            max_model_len=max_model_len, agent_settings={h: settings for h in hosts}))
+            max_model_len=max_model_len, max_lora_rank=max_lora_rank, vllm_env=vllm_env,
+            agent_settings={h: settings for h in hosts}))
         yield testbed
 
 

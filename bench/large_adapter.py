@@ -1,0 +1,266 @@
+"""A 50 MB adapter: push to first served, split into phases, against the physical floor.
+
+One host (``bench/agent_setup.py``) whose vLLM serves a larger random Llama
+(``bench/large_model.py``: hidden 512, 20 layers) with ``--max-lora-rank 64``. Each
+sample pushes a new rank-64 LoRA over all seven projections (49.97 MB of float32,
+a seed of its own) to a hot adapter (``aliases=live``) while one client asks for it
+through the agent back to back. The clock starts when the push is *sent*.
+
+Phases, on one wall-clock timeline (the agent's log and ``stage_seconds`` histograms):
+``upload + commit`` (push sent -> answered), ``event`` (answered -> the agent's
+desired-state read answered; negative when the event beat the push's answer),
+``to fetch start``, ``fetch`` (download with its streaming sha256), ``verify +
+validate`` (the agent's second sha256 pass, digest, header and NaN/Inf scan), ``load``
+(vLLM's ``load_lora_adapter``), ``flip``, ``other`` (bookkeeping until the flip) and
+``first response`` (flip -> the first answer from the new version).
+
+The floor, measured right after each push on the same files: a boto3 ``get_object`` of
+each of the version's blobs from the registry's SeaweedFS bucket (read to the end, at
+loopback speed), plus vLLM's own ``load_lora_adapter`` of the same folder under a fresh
+name. For context also a boto3 ``put_object`` of the same bytes (what an upload can
+not beat). Ratios are per sample, then their percentiles.
+
+    .venv/bin/python -m bench.large_adapter --samples 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.agent_setup import (
+    ADAPTER,
+    BASE_MODEL,
+    MachineLoad,
+    bench_testbed,
+    desired_reads,
+    flips,
+    materialized,
+    stage_totals,
+)
+from bench.common import git_commit, percentile, table, write_json
+from bench.large_model import LARGE, SMALL, Shape, build_model, make_large_adapter
+from devharness.openai_client import OpenAIClient
+from devharness.testbed import E2E_TENANT, Testbed
+from devharness.vllm import ensure_vllm_env
+from devharness.waiting import eventually
+from loraplane.client import AsyncRegistryClient
+from loraplane.digest import sha256_file
+
+SERVED_TIMEOUT_S = 120.0
+SEED_BASE = 9000
+PHASES = ("upload + commit", "event", "to fetch start", "fetch", "verify + validate", "load",
+          "flip", "other", "first response")
+
+
+@dataclass
+class Sample:
+    """One push and its floor; times are wall clock (``time.time()``), ``*_s`` durations."""
+
+    version: int
+    size_bytes: int
+    sent: float
+    answered: float
+    first_response: float
+    stages: dict[str, float]
+    s3_get_s: float = 0.0
+    s3_put_s: float = 0.0
+    vllm_load_s: float = 0.0
+    desired_read: float | None = None
+    materialized: float | None = None
+    flipped: float | None = None
+
+    @property
+    def total_s(self) -> float:
+        return self.first_response - self.sent
+
+    @property
+    def floor_s(self) -> float:
+        return self.s3_get_s + self.vllm_load_s
+
+    def phases(self) -> dict[str, float] | None:
+        if self.desired_read is None or self.materialized is None or self.flipped is None:
+            return None
+        fetch, validate = self.stages["fetch"], self.stages["validate"]
+        load, flip = self.stages["load"], self.stages["flip"]
+        fetch_started = self.materialized - fetch - validate
+        return {"upload + commit": self.answered - self.sent,
+                "event": self.desired_read - self.answered,
+                "to fetch start": fetch_started - self.desired_read,
+                "fetch": fetch, "verify + validate": validate, "load": load, "flip": flip,
+                "other": self.flipped - self.materialized - load - flip,
+                "first response": self.first_response - self.flipped}
+
+
+async def push_and_wait(api: AsyncRegistryClient, client: OpenAIClient, testbed: Testbed,
+                        folder: Path) -> Sample:
+    """Push ``folder``; ask for the adapter until its new version answers."""
+    agent = testbed.agents["a"]
+    before = stage_totals(agent.metrics())
+    sent = time.time()
+    push = asyncio.create_task(api.push(ADAPTER, folder))
+    marks: list[float] = []
+    push.add_done_callback(lambda _: marks.append(time.time()))
+    while True:
+        result = await client.complete(ADAPTER, max_tokens=1)
+        if push.done() and result.ok and result.adapter == f"{ADAPTER}@{push.result().version}":
+            break
+        if time.time() - sent > SERVED_TIMEOUT_S:
+            raise RuntimeError(f"{folder.name} not served within {SERVED_TIMEOUT_S}s: {result}")
+    first = time.time()
+    version = push.result().version
+    # The old version's unload ends the swap: the next sample starts from a quiet agent.
+    await eventually(lambda: stage_totals(agent.metrics()).minus(before).counts["unload"] >= 1,
+                     timeout_s=SERVED_TIMEOUT_S, what="the old version unloaded")
+    stages = stage_totals(agent.metrics()).minus(before).sums
+    return Sample(version, folder_bytes(folder), sent, marks[0], first, stages)
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir())
+
+
+def measure_floor(testbed: Testbed, folder: Path, sample: Sample, index: int) -> None:
+    """S3 reads of the version's blobs, a put of the same bytes, vLLM's load of the folder."""
+    s3 = testbed.blobs.s3.client()
+    try:
+        for path in sorted(folder.iterdir()):
+            _size, sha = sha256_file(path)
+            started = time.perf_counter()
+            body = s3.get_object(Bucket=testbed.blobs.bucket, Key=testbed.blobs.key(sha))["Body"]
+            while body.read(1 << 20):
+                pass
+            sample.s3_get_s += time.perf_counter() - started
+            started = time.perf_counter()
+            with path.open("rb") as data:
+                s3.put_object(Bucket=testbed.blobs.bucket, Key=f"floor/{index}/{path.name}",
+                              Body=data)
+            sample.s3_put_s += time.perf_counter() - started
+    finally:
+        s3.close()
+    vllm = testbed.vllms["a"].url
+    name = f"floor-{index}"
+    started = time.perf_counter()
+    response = httpx.post(f"{vllm}/v1/load_lora_adapter",
+                          json={"lora_name": name, "lora_path": str(folder)}, timeout=120)
+    sample.vllm_load_s = time.perf_counter() - started
+    response.raise_for_status()
+    httpx.post(f"{vllm}/v1/unload_lora_adapter", json={"lora_name": name},
+               timeout=60).raise_for_status()
+
+
+def attach_marks(samples: list[Sample], log_text: str) -> None:
+    done = materialized(log_text, ADAPTER)
+    flipped = {flip.new: flip.at for flip in flips(log_text, ADAPTER)}
+    reads = desired_reads(log_text, ADAPTER)
+    for sample in samples:
+        sample.desired_read = next((at for at in reads if at >= sample.sent - 0.001), None)
+        sample.materialized = done.get(sample.version)
+        sample.flipped = flipped.get(sample.version)
+
+
+async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
+                  warmup: int) -> list[Sample]:
+    async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
+                                   timeout_s=300) as api, \
+            OpenAIClient(testbed.agents["a"].url, token=testbed.inference_token) as client:
+        await api.create_adapter(ADAPTER, BASE_MODEL, tenant=E2E_TENANT)
+        samples: list[Sample] = []
+        for index in range(1 + warmup + count):
+            folder = make_large_adapter(work / f"push-{index}", seed=SEED_BASE + index,
+                                        base_model=BASE_MODEL, shape=shape)
+            if index == 0:  # the first version makes the adapter hot
+                await api.push(ADAPTER, folder)
+                await eventually(lambda: first_served(client), timeout_s=SERVED_TIMEOUT_S,
+                                 what=f"{ADAPTER}@1 served")
+                continue
+            sample = await push_and_wait(api, client, testbed, folder)
+            await asyncio.to_thread(measure_floor, testbed, folder, sample, index)
+            if index > warmup:
+                samples.append(sample)
+                print(f"  sample {len(samples)}/{count}: {sample.total_s * 1000:.0f} ms, floor "
+                      f"{sample.floor_s * 1000:.0f} ms", file=sys.stderr)
+            shutil.rmtree(folder)
+    attach_marks(samples, testbed.agents["a"].process.log_text())
+    return samples
+
+
+async def first_served(client: OpenAIClient) -> bool:
+    result = await client.complete(ADAPTER, max_tokens=1)
+    return result.ok and result.adapter == f"{ADAPTER}@1"
+
+
+def row(name: str, values: list[float], scale: float = 1000.0) -> list[str]:
+    return [name, *(f"{percentile(values, p) * scale:.1f}" for p in (50, 90)),
+            f"{min(values) * scale:.1f}", f"{max(values) * scale:.1f}"]
+
+
+def summarize(samples: list[Sample]) -> dict[str, Any]:
+    split = [p for p in (s.phases() for s in samples) if p is not None]
+    rows = [row("push sent -> first response (total)", [s.total_s for s in samples])]
+    rows += [row(f"  {phase}", [p[phase] for p in split]) for phase in PHASES]
+    rows += [row("floor: S3 get (loopback) + vLLM load", [s.floor_s for s in samples]),
+             row("  S3 get of the blobs", [s.s3_get_s for s in samples]),
+             row("  vLLM load_lora_adapter", [s.vllm_load_s for s in samples]),
+             row("(S3 put of the same bytes, for context)", [s.s3_put_s for s in samples])]
+    ratios = {
+        "total / floor": [s.total_s / s.floor_s for s in samples],
+        "(push answered -> first response) / floor":
+            [(s.first_response - s.answered) / s.floor_s for s in samples],
+        "total / (floor + S3 put)": [s.total_s / (s.floor_s + s.s3_put_s) for s in samples],
+    }
+    rows += [row(f"ratio {name}", values, scale=1.0) for name, values in ratios.items()]
+    return {"samples": len(samples), "split": len(split),
+            "size_mb": round(samples[0].size_bytes / 1e6, 2), "rows": rows,
+            "ratio_p50": {k: round(percentile(v, 50), 2) for k, v in ratios.items()}}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=10, help="measured pushes (default 10)")
+    parser.add_argument("--warmup", type=int, default=1, help="pushes not counted (default 1)")
+    parser.add_argument("--small", action="store_true",
+                        help="the tiny model's shape instead (a quick check, as in CI)")
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--json-out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.samples < 1 or args.warmup < 0:
+        parser.error("--samples must be positive and --warmup not negative")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    work = Path(tempfile.mkdtemp(prefix="lp-bench-large-", dir=args.work_dir))
+    shape = SMALL if args.small else LARGE
+    try:
+        # The tiny model is SMALL's shape: bench_testbed builds it when given no model.
+        model = None if args.small else build_model(work / "model", ensure_vllm_env(), shape)
+        commit = git_commit()
+        with bench_testbed(work, max_loras=3, max_loaded=3, model_dir=model, max_lora_rank=64,
+                           max_model_len=512) as testbed, MachineLoad() as load:
+            samples = asyncio.run(measure(testbed, work, shape, args.samples, args.warmup))
+        summary = summarize(samples)
+        print(table(["", "p50", "p90", "min", "max"], summary["rows"]))
+        print(f"ms, except ratios; {summary['samples']} samples of {summary['size_mb']} MB")
+        print(f"machine: {load.summary}; commit {commit}")
+        document = {"benchmark": "large_adapter", **commit, "machine": load.summary,
+                    "shape": asdict(shape), "summary": summary,
+                    "samples": [asdict(s) for s in samples]}
+        write_json(document, args.json_out)
+        return document
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
