@@ -7,9 +7,10 @@ a seed of its own) to a hot adapter (``aliases=live``) while one client asks for
 through the agent back to back. The clock starts when the push is *sent*.
 
 Phases, on one wall-clock timeline (the agent's log and ``stage_seconds`` histograms):
-``upload + commit`` (push sent -> answered), ``event`` (answered -> the agent's
-desired-state read answered; negative when the event beat the push's answer),
-``to fetch start``, ``fetch`` (download with its streaming sha256), ``verify +
+``upload + commit`` (push sent -> answered), ``event, to fetch start`` (answered ->
+the agent starts the download: the agent logs no mark of its own at an event's
+receipt, so the event's delivery is shown beside it from the agent's
+``event_delay_seconds``), ``fetch`` (download with its streaming sha256), ``verify +
 validate`` (the agent's second sha256 pass, digest, header and NaN/Inf scan), ``load``
 (vLLM's ``load_lora_adapter``), ``flip``, ``other`` (bookkeeping until the flip) and
 ``first response`` (flip -> the first answer from the new version).
@@ -38,27 +39,33 @@ from typing import Any
 import httpx
 
 from bench.agent_setup import (
-    ADAPTER,
     BASE_MODEL,
     MachineLoad,
     bench_testbed,
-    desired_reads,
     flips,
     materialized,
     stage_totals,
 )
 from bench.common import git_commit, percentile, table, write_json
-from bench.large_model import LARGE, SMALL, Shape, build_model, make_large_adapter
+from bench.large_model import (
+    LARGE,
+    SMALL,
+    Shape,
+    build_model,
+    default_model_dir,
+    make_large_adapter,
+)
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import E2E_TENANT, Testbed
+from devharness.testbed import E2E_TENANT, Testbed, metric
 from devharness.vllm import ensure_vllm_env
 from devharness.waiting import eventually
 from loraplane.client import AsyncRegistryClient
 from loraplane.digest import sha256_file
 
+NAME = "large"  # the adapter pushed, not agent_setup.ADAPTER: both benches share CI's testbed
 SERVED_TIMEOUT_S = 120.0
 SEED_BASE = 9000
-PHASES = ("upload + commit", "event", "to fetch start", "fetch", "verify + validate", "load",
+PHASES = ("upload + commit", "event, to fetch start", "fetch", "verify + validate", "load",
           "flip", "other", "first response")
 
 
@@ -75,7 +82,7 @@ class Sample:
     s3_get_s: float = 0.0
     s3_put_s: float = 0.0
     vllm_load_s: float = 0.0
-    desired_read: float | None = None
+    event_delay_s: float | None = None
     materialized: float | None = None
     flipped: float | None = None
 
@@ -88,14 +95,13 @@ class Sample:
         return self.s3_get_s + self.vllm_load_s
 
     def phases(self) -> dict[str, float] | None:
-        if self.desired_read is None or self.materialized is None or self.flipped is None:
+        if self.materialized is None or self.flipped is None:
             return None
         fetch, validate = self.stages["fetch"], self.stages["validate"]
         load, flip = self.stages["load"], self.stages["flip"]
         fetch_started = self.materialized - fetch - validate
         return {"upload + commit": self.answered - self.sent,
-                "event": self.desired_read - self.answered,
-                "to fetch start": fetch_started - self.desired_read,
+                "event, to fetch start": fetch_started - self.answered,
                 "fetch": fetch, "verify + validate": validate, "load": load, "flip": flip,
                 "other": self.flipped - self.materialized - load - flip,
                 "first response": self.first_response - self.flipped}
@@ -105,14 +111,15 @@ async def push_and_wait(api: AsyncRegistryClient, client: OpenAIClient, testbed:
                         folder: Path) -> Sample:
     """Push ``folder``; ask for the adapter until its new version answers."""
     agent = testbed.agents["a"]
-    before = stage_totals(agent.metrics())
+    text = agent.metrics()
+    before, delays_before = stage_totals(text), event_delays(text)
     sent = time.time()
-    push = asyncio.create_task(api.push(ADAPTER, folder))
+    push = asyncio.create_task(api.push(NAME, folder))
     marks: list[float] = []
     push.add_done_callback(lambda _: marks.append(time.time()))
     while True:
-        result = await client.complete(ADAPTER, max_tokens=1)
-        if push.done() and result.ok and result.adapter == f"{ADAPTER}@{push.result().version}":
+        result = await client.complete(NAME, max_tokens=1)
+        if push.done() and result.ok and result.adapter == f"{NAME}@{push.result().version}":
             break
         if time.time() - sent > SERVED_TIMEOUT_S:
             raise RuntimeError(f"{folder.name} not served within {SERVED_TIMEOUT_S}s: {result}")
@@ -121,8 +128,19 @@ async def push_and_wait(api: AsyncRegistryClient, client: OpenAIClient, testbed:
     # The old version's unload ends the swap: the next sample starts from a quiet agent.
     await eventually(lambda: stage_totals(agent.metrics()).minus(before).counts["unload"] >= 1,
                      timeout_s=SERVED_TIMEOUT_S, what="the old version unloaded")
-    stages = stage_totals(agent.metrics()).minus(before).sums
-    return Sample(version, folder_bytes(folder), sent, marks[0], first, stages)
+    text = agent.metrics()
+    sample = Sample(version, folder_bytes(folder), sent, marks[0], first,
+                    stage_totals(text).minus(before).sums)
+    delays = event_delays(text)
+    if delays[1] > delays_before[1]:
+        sample.event_delay_s = (delays[0] - delays_before[0]) / (delays[1] - delays_before[1])
+    return sample
+
+
+def event_delays(metrics_text: str) -> tuple[float, int]:
+    """Sum and count of the agent's ``event_delay_seconds`` (event commit -> receipt)."""
+    name = "loraplane_agent_event_delay_seconds"
+    return metric(metrics_text, f"{name}_sum"), int(metric(metrics_text, f"{name}_count"))
 
 
 def folder_bytes(folder: Path) -> int:
@@ -159,11 +177,9 @@ def measure_floor(testbed: Testbed, folder: Path, sample: Sample, index: int) ->
 
 
 def attach_marks(samples: list[Sample], log_text: str) -> None:
-    done = materialized(log_text, ADAPTER)
-    flipped = {flip.new: flip.at for flip in flips(log_text, ADAPTER)}
-    reads = desired_reads(log_text, ADAPTER)
+    done = materialized(log_text, NAME)
+    flipped = {flip.new: flip.at for flip in flips(log_text, NAME)}
     for sample in samples:
-        sample.desired_read = next((at for at in reads if at >= sample.sent - 0.001), None)
         sample.materialized = done.get(sample.version)
         sample.flipped = flipped.get(sample.version)
 
@@ -173,15 +189,15 @@ async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
     async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
                                    timeout_s=300) as api, \
             OpenAIClient(testbed.agents["a"].url, token=testbed.inference_token) as client:
-        await api.create_adapter(ADAPTER, BASE_MODEL, tenant=E2E_TENANT)
+        await api.create_adapter(NAME, BASE_MODEL, tenant=E2E_TENANT)
         samples: list[Sample] = []
         for index in range(1 + warmup + count):
             folder = make_large_adapter(work / f"push-{index}", seed=SEED_BASE + index,
                                         base_model=BASE_MODEL, shape=shape)
             if index == 0:  # the first version makes the adapter hot
-                await api.push(ADAPTER, folder)
+                await api.push(NAME, folder)
                 await eventually(lambda: first_served(client), timeout_s=SERVED_TIMEOUT_S,
-                                 what=f"{ADAPTER}@1 served")
+                                 what=f"{NAME}@1 served")
                 continue
             sample = await push_and_wait(api, client, testbed, folder)
             await asyncio.to_thread(measure_floor, testbed, folder, sample, index)
@@ -195,8 +211,8 @@ async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
 
 
 async def first_served(client: OpenAIClient) -> bool:
-    result = await client.complete(ADAPTER, max_tokens=1)
-    return result.ok and result.adapter == f"{ADAPTER}@1"
+    result = await client.complete(NAME, max_tokens=1)
+    return result.ok and result.adapter == f"{NAME}@1"
 
 
 def row(name: str, values: list[float], scale: float = 1000.0) -> list[str]:
@@ -208,6 +224,9 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
     split = [p for p in (s.phases() for s in samples) if p is not None]
     rows = [row("push sent -> first response (total)", [s.total_s for s in samples])]
     rows += [row(f"  {phase}", [p[phase] for p in split]) for phase in PHASES]
+    delays = [s.event_delay_s for s in samples if s.event_delay_s is not None]
+    if delays:
+        rows.append(row("  (event commit -> agent, its event_delay_seconds)", delays))
     rows += [row("floor: S3 get (loopback) + vLLM load", [s.floor_s for s in samples]),
              row("  S3 get of the blobs", [s.s3_get_s for s in samples]),
              row("  vLLM load_lora_adapter", [s.vllm_load_s for s in samples]),
@@ -230,6 +249,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="pushes not counted (default 1)")
     parser.add_argument("--small", action="store_true",
                         help="the tiny model's shape instead (a quick check, as in CI)")
+    parser.add_argument("--model-dir", type=Path, default=default_model_dir(),
+                        help="where the larger Llama is built once and kept "
+                             "(default %(default)s)")
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -244,7 +266,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shape = SMALL if args.small else LARGE
     try:
         # The tiny model is SMALL's shape: bench_testbed builds it when given no model.
-        model = None if args.small else build_model(work / "model", ensure_vllm_env(), shape)
+        model = None if args.small else build_model(args.model_dir, ensure_vllm_env(), shape)
         commit = git_commit()
         with bench_testbed(work, max_loras=3, max_loaded=3, model_dir=model, max_lora_rank=64,
                            max_model_len=512) as testbed, MachineLoad() as load:

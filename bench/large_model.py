@@ -13,6 +13,8 @@ are written by ``devharness/adapters.py: make_adapter``.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,6 +47,7 @@ config = LlamaConfig.from_pretrained(tiny)
 for key, value in shape.items():
     setattr(config, key, value)
 config.num_key_value_heads = shape["num_attention_heads"]
+config.head_dim = shape["hidden_size"] // shape["num_attention_heads"]
 config.max_position_embeddings = 2048
 torch.manual_seed(4321)
 model = LlamaForCausalLM(config)
@@ -58,11 +61,20 @@ os.rename(staging, out)
 """
 
 
+def default_model_dir() -> Path:
+    """A per-user cache: the build takes minutes on a busy 2-core machine."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "loraplane" / "bench-large-llama"
+
+
 def build_model(out_dir: Path, python: Path, shape: Shape = LARGE) -> Path:
     """``out_dir/base``: a random Llama of ``shape`` (reused when already built)."""
     base = out_dir / "base"
     if (base / "config.json").is_file():
-        return out_dir
+        built = json.loads((base / "config.json").read_text())
+        if all(built.get(k) == v for k, v in asdict(shape).items()):
+            return out_dir
+        shutil.rmtree(base)
     tiny = ensure_tiny_model(out_dir / "tiny", python)
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [str(python), "-c", _PROGRAM, str(tiny / "base"), str(base), json.dumps(asdict(shape))]
