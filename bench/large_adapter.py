@@ -18,8 +18,10 @@ validate`` (the agent's second sha256 pass, digest, header and NaN/Inf scan), ``
 The floor, measured right after each push on the same files: a boto3 ``get_object`` of
 each of the version's blobs from the registry's SeaweedFS bucket (read to the end, at
 loopback speed), plus vLLM's own ``load_lora_adapter`` of the same folder under a fresh
-name. For context also a boto3 ``put_object`` of the same bytes (what an upload can
-not beat). Ratios are per sample, then their percentiles.
+name. The bench's probe client keeps asking for the adapter meanwhile, so the floor
+runs under the same traffic as the push. For context also a boto3 ``download_file``
+(the same read, written to a file, as the agent must) and a ``put_object`` of the same
+bytes (what an upload can not beat). Ratios are per sample, then their percentiles.
 
     .venv/bin/python -m bench.large_adapter --samples 10
 """
@@ -81,6 +83,7 @@ class Sample:
     stages: dict[str, float]
     s3_get_s: float = 0.0
     s3_put_s: float = 0.0
+    s3_get_to_disk_s: float = 0.0
     vllm_load_s: float = 0.0
     event_delay_s: float | None = None
     materialized: float | None = None
@@ -153,11 +156,18 @@ def measure_floor(testbed: Testbed, folder: Path, sample: Sample, index: int) ->
     try:
         for path in sorted(folder.iterdir()):
             _size, sha = sha256_file(path)
+            key = testbed.blobs.key(sha)
             started = time.perf_counter()
-            body = s3.get_object(Bucket=testbed.blobs.bucket, Key=testbed.blobs.key(sha))["Body"]
+            body = s3.get_object(Bucket=testbed.blobs.bucket, Key=key)["Body"]
             while body.read(1 << 20):
                 pass
             sample.s3_get_s += time.perf_counter() - started
+            # The agent must also write the bytes where vLLM reads them.
+            copy = folder.parent / f"floor-{index}-{path.name}"
+            started = time.perf_counter()
+            s3.download_file(testbed.blobs.bucket, key, str(copy))
+            sample.s3_get_to_disk_s += time.perf_counter() - started
+            copy.unlink()
             started = time.perf_counter()
             with path.open("rb") as data:
                 s3.put_object(Bucket=testbed.blobs.bucket, Key=f"floor/{index}/{path.name}",
@@ -200,7 +210,13 @@ async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
                                  what=f"{NAME}@1 served")
                 continue
             sample = await push_and_wait(api, client, testbed, folder)
-            await asyncio.to_thread(measure_floor, testbed, folder, sample, index)
+            # The same probe traffic as during the push: the floor runs on the same load.
+            probing = asyncio.create_task(probe(client))
+            try:
+                await asyncio.to_thread(measure_floor, testbed, folder, sample, index)
+            finally:
+                probing.cancel()
+                await asyncio.gather(probing, return_exceptions=True)
             if index > warmup:
                 samples.append(sample)
                 print(f"  sample {len(samples)}/{count}: {sample.total_s * 1000:.0f} ms, floor "
@@ -208,6 +224,11 @@ async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
             shutil.rmtree(folder)
     attach_marks(samples, testbed.agents["a"].process.log_text())
     return samples
+
+
+async def probe(client: OpenAIClient) -> None:
+    while True:
+        await client.complete(NAME, max_tokens=1)
 
 
 async def first_served(client: OpenAIClient) -> bool:
@@ -230,6 +251,8 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
     rows += [row("floor: S3 get (loopback) + vLLM load", [s.floor_s for s in samples]),
              row("  S3 get of the blobs", [s.s3_get_s for s in samples]),
              row("  vLLM load_lora_adapter", [s.vllm_load_s for s in samples]),
+             row("(S3 get written to a file, boto3 download_file, for context)",
+                 [s.s3_get_to_disk_s for s in samples]),
              row("(S3 put of the same bytes, for context)", [s.s3_put_s for s in samples])]
     ratios = {
         "total / floor": [s.total_s / s.floor_s for s in samples],

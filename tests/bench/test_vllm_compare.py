@@ -67,6 +67,7 @@ def test_the_large_adapter_benchmark_splits_every_push(testbed: Testbed,
         # The phases cover the whole push, by construction of one timeline.
         assert math.isclose(sum(phases.values()), sample.total_s, abs_tol=1e-6)
         assert sample.s3_get_s > 0 and sample.s3_put_s > 0 and sample.vllm_load_s > 0
+        assert sample.s3_get_to_disk_s > 0
         assert sample.size_bytes > 0
     summary = large_adapter.summarize(samples)
     assert summary["split"] == 2 and summary["samples"] == 2
