@@ -84,6 +84,7 @@ class Sample:
     s3_get_s: float = 0.0
     s3_put_s: float = 0.0
     s3_get_to_disk_s: float = 0.0
+    request_s: float = 0.0  # median one-token request while the floor was measured
     vllm_load_s: float = 0.0
     event_delay_s: float | None = None
     materialized: float | None = None
@@ -211,12 +212,14 @@ async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
                 continue
             sample = await push_and_wait(api, client, testbed, folder)
             # The same probe traffic as during the push: the floor runs on the same load.
-            probing = asyncio.create_task(probe(client))
+            latencies: list[float] = []
+            probing = asyncio.create_task(probe(client, latencies))
             try:
                 await asyncio.to_thread(measure_floor, testbed, folder, sample, index)
             finally:
                 probing.cancel()
                 await asyncio.gather(probing, return_exceptions=True)
+            sample.request_s = percentile(latencies, 50) if latencies else 0.0
             if index > warmup:
                 samples.append(sample)
                 print(f"  sample {len(samples)}/{count}: {sample.total_s * 1000:.0f} ms, floor "
@@ -226,9 +229,11 @@ async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
     return samples
 
 
-async def probe(client: OpenAIClient) -> None:
+async def probe(client: OpenAIClient, latencies: list[float]) -> None:
     while True:
+        started = time.perf_counter()
         await client.complete(NAME, max_tokens=1)
+        latencies.append(time.perf_counter() - started)
 
 
 async def first_served(client: OpenAIClient) -> bool:
@@ -253,12 +258,16 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
              row("  vLLM load_lora_adapter", [s.vllm_load_s for s in samples]),
              row("(S3 get written to a file, boto3 download_file, for context)",
                  [s.s3_get_to_disk_s for s in samples]),
-             row("(S3 put of the same bytes, for context)", [s.s3_put_s for s in samples])]
+             row("(S3 put of the same bytes, for context)", [s.s3_put_s for s in samples]),
+             row("(one 1-token request meanwhile, median per sample)",
+                 [s.request_s for s in samples])]
     ratios = {
         "total / floor": [s.total_s / s.floor_s for s in samples],
         "(push answered -> first response) / floor":
             [(s.first_response - s.answered) / s.floor_s for s in samples],
         "total / (floor + S3 put)": [s.total_s / (s.floor_s + s.s3_put_s) for s in samples],
+        "(push answered -> first response) / (floor + one request)":
+            [(s.first_response - s.answered) / (s.floor_s + s.request_s) for s in samples],
     }
     rows += [row(f"ratio {name}", values, scale=1.0) for name, values in ratios.items()]
     return {"samples": len(samples), "split": len(split),
