@@ -11,6 +11,7 @@ requests) are wall-clock ``time.time()`` of this one machine.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -248,3 +249,26 @@ def cells(values: Sequence[float]) -> list[str]:
     """p50, p99, min, max (nearest rank) in ms."""
     return [ms(percentile(values, 50)), ms(percentile(values, 99)), ms(min(values)),
             ms(max(values))]
+
+
+# --- command lines ------------------------------------------------------------------------
+
+
+def sampling_parser(doc: str | None, *, samples: int, warmup: int,
+                    what: str) -> argparse.ArgumentParser:
+    """A parser with ``--samples``, ``--warmup``, ``--work-dir`` and ``--json-out``."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=samples,
+                        help=f"measured {what} (default {samples})")
+    parser.add_argument("--warmup", type=int, default=warmup,
+                        help=f"{what} before those, not counted (default {warmup})")
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--json-out", type=Path, default=None)
+    return parser
+
+
+def parse_sampling(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    if args.samples < 1 or args.warmup < 0:
+        parser.error("--samples must be positive and --warmup not negative")
+    return args

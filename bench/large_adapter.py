@@ -46,6 +46,8 @@ from bench.agent_setup import (
     bench_testbed,
     flips,
     materialized,
+    parse_sampling,
+    sampling_parser,
     stage_totals,
 )
 from bench.common import git_commit, percentile, table, write_json
@@ -276,20 +278,13 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=10, help="measured pushes (default 10)")
-    parser.add_argument("--warmup", type=int, default=1, help="pushes not counted (default 1)")
+    parser = sampling_parser(__doc__, samples=10, warmup=1, what="pushes")
     parser.add_argument("--small", action="store_true",
                         help="the tiny model's shape instead (a quick check, as in CI)")
     parser.add_argument("--model-dir", type=Path, default=default_model_dir(),
                         help="where the larger Llama is built once and kept "
                              "(default %(default)s)")
-    parser.add_argument("--work-dir", type=Path, default=None)
-    parser.add_argument("--json-out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    if args.samples < 1 or args.warmup < 0:
-        parser.error("--samples must be positive and --warmup not negative")
-    return args
+    return parse_sampling(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -41,7 +41,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.agent_setup import ADAPTER, BASE_MODEL, MachineLoad, bench_testbed, materialized
+from bench.agent_setup import (
+    ADAPTER,
+    BASE_MODEL,
+    MachineLoad,
+    bench_testbed,
+    materialized,
+    parse_sampling,
+    sampling_parser,
+)
 from bench.common import git_commit, percentile, table, write_json
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import Completion, OpenAIClient
@@ -234,16 +242,9 @@ def resolver_env(resolver_dir: Path) -> dict[str, str]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=40,
-                        help="measured samples of each kind and side (default 40)")
-    parser.add_argument("--warmup", type=int, default=2, help="rounds not counted (default 2)")
-    parser.add_argument("--work-dir", type=Path, default=None)
-    parser.add_argument("--json-out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    if args.samples < 1 or args.warmup < 0:
-        parser.error("--samples must be positive and --warmup not negative")
-    return args
+    # A round is one sample of each kind on each side.
+    parser = sampling_parser(__doc__, samples=40, warmup=2, what="rounds")
+    return parse_sampling(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
