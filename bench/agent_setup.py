@@ -11,6 +11,7 @@ requests) are wall-clock ``time.time()`` of this one machine.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -50,12 +51,14 @@ _MATERIALIZED = re.compile(r"inference_agent\.node\.materialize: materialized "
 @contextlib.contextmanager
 def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
                   agent_settings: Mapping[str, str] | None = None,
-                  max_model_len: int = 2048, hosts: Sequence[str] = ("a",)
-                  ) -> Iterator[Testbed]:
+                  max_model_len: int = 2048, hosts: Sequence[str] = ("a",),
+                  model_dir: Path | None = None, max_lora_rank: int = 16,
+                  vllm_env: Mapping[str, str] | None = None) -> Iterator[Testbed]:
     """The testbed, one host (``a``) unless ``hosts`` names more, each with its vLLM and
-    agent; needs the vLLM venv (scripts/vllm/install.sh)."""
+    agent; needs the vLLM venv (scripts/vllm/install.sh). ``model_dir`` (with ``base/``)
+    replaces the tiny model."""
     python = ensure_vllm_env()
-    model = ensure_tiny_model(work / "tiny", python)
+    model = model_dir or ensure_tiny_model(work / "tiny", python)
     with contextlib.ExitStack() as stack:
         s3, nats = start_s3_and_nats(stack, work)
         database = PostgresDatabase()
@@ -65,7 +68,8 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
         testbed = stack.enter_context(running_testbed(
             work / "testbed", model_dir=model, vllm_python=python, database_url=database.url,
             nats=nats, s3=s3, hosts=hosts, max_loras=max_loras, max_loaded=max_loaded,
-            max_model_len=max_model_len, agent_settings={h: settings for h in hosts}))
+            max_model_len=max_model_len, max_lora_rank=max_lora_rank, vllm_env=vllm_env,
+            agent_settings={h: settings for h in hosts}))
         yield testbed
 
 
@@ -245,3 +249,26 @@ def cells(values: Sequence[float]) -> list[str]:
     """p50, p99, min, max (nearest rank) in ms."""
     return [ms(percentile(values, 50)), ms(percentile(values, 99)), ms(min(values)),
             ms(max(values))]
+
+
+# --- command lines ------------------------------------------------------------------------
+
+
+def sampling_parser(doc: str | None, *, samples: int, warmup: int,
+                    what: str) -> argparse.ArgumentParser:
+    """A parser with ``--samples``, ``--warmup``, ``--work-dir`` and ``--json-out``."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=samples,
+                        help=f"measured {what} (default {samples})")
+    parser.add_argument("--warmup", type=int, default=warmup,
+                        help=f"{what} before those, not counted (default {warmup})")
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--json-out", type=Path, default=None)
+    return parser
+
+
+def parse_sampling(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    if args.samples < 1 or args.warmup < 0:
+        parser.error("--samples must be positive and --warmup not negative")
+    return args

@@ -345,11 +345,13 @@ def start_vllms(servers: Sequence[VllmServer], timeout_s: float = 400.0) -> None
 def running_testbed(work_dir: Path, *, model_dir: Path, vllm_python: Path, database_url: str,
                     nats: NatsService, s3: SeaweedS3, hosts: Sequence[str] = ("a", "b"),
                     base_model: str = "tiny-llama", max_loras: int = 3, max_loaded: int = 3,
-                    max_model_len: int = 2048,
+                    max_model_len: int = 2048, max_lora_rank: int = 16,
                     agent_settings: Mapping[str, Mapping[str, str]] | None = None,
+                    vllm_env: Mapping[str, str] | None = None,
                     ) -> Iterator[Testbed]:
     """Migrate and start the registry, one vLLM and one agent per host (``agent-<host>``);
-    stop everything on exit, whatever happened."""
+    stop everything on exit, whatever happened. ``vllm_env``: more environment for every
+    vLLM (its LoRA resolver plugin, for one)."""
     with contextlib.ExitStack() as stack:
         blobs = S3Bucket(s3, f"e2e-{secrets.token_hex(6)}")
         registry = RegistryProcess(work_dir / "registry", database_url=database_url,
@@ -360,6 +362,7 @@ def running_testbed(work_dir: Path, *, model_dir: Path, vllm_python: Path, datab
         base = long_context_base(model_dir, max_model_len)
         vllms = {h: LoggedVllmServer(vllm_python, base, work_dir / f"vllm-{h}.log",
                                      served_model_name=base_model, max_loras=max_loras,
+                                     max_lora_rank=max_lora_rank, extra_env=vllm_env,
                                      # The last --max-model-len given wins.
                                      extra_args=("--max-model-len", str(max_model_len)))
                  for h in hosts}

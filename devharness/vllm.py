@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -114,6 +114,7 @@ class VllmServer:
         max_lora_rank: int = 16,
         port: int | None = None,
         extra_args: Sequence[str] = (),
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.python = python
         self.model_dir = model_dir
@@ -123,6 +124,7 @@ class VllmServer:
         self.max_lora_rank = max_lora_rank
         self.port = port or free_port()
         self.extra_args = tuple(extra_args)
+        self.extra_env = dict(extra_env or {})
         self._child: ChildProcess | None = None
 
     @property
@@ -163,6 +165,7 @@ class VllmServer:
             DO_NOT_TRACK="1",
             TOKENIZERS_PARALLELISM="false",
         )
+        env.update(self.extra_env)
         return env
 
     def start(self) -> None:
