@@ -302,7 +302,8 @@ class Agent:
             tasks.append(group.create_task(coro, name=name))
 
         await self.vllm.wait_ready(s.vllm_ready_timeout_s)
-        spawn(self.vllm_series.run(), "vllm-metrics")
+        # Taken again only when a scrape finds it older than its interval.
+        await self.vllm_series.refresh()
         self.reconciler.pin_configured()
         spawn(self.queue.run(self.reconciler.reconcile, s.reconcile_workers), "reconcile")
         if self.watchdir is not None:
