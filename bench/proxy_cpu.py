@@ -55,7 +55,11 @@ class StandIn(asyncio.Protocol):
             if len(rest) < length:
                 return
             self.buffer = rest[length:]
-            self.transport.write(_ANSWER)
+            self.transport.write(self.answer(head))
+
+    def answer(self, head: bytes) -> bytes:
+        """The whole HTTP response to the request whose head is ``head``."""
+        return _ANSWER
 
 
 async def serve_upstream(port: int) -> None:

@@ -32,7 +32,7 @@ from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.swap import Swapper
 from inference_agent.control.watchdir import WatchDirSource
 from inference_agent.control.workqueue import Backoff, WorkQueue
-from inference_agent.errors import RegistryUnavailable
+from inference_agent.errors import AgentError, RegistryUnavailable
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.credentials import (
@@ -302,7 +302,10 @@ class Agent:
             tasks.append(group.create_task(coro, name=name))
 
         await self.vllm.wait_ready(s.vllm_ready_timeout_s)
-        spawn(self.vllm_series.run(), "vllm-metrics")
+        # Taken again only when a scrape finds it older than its interval.
+        await self.vllm_series.refresh()
+        if self.registry is None:
+            await self._first_repair()
         self.reconciler.pin_configured()
         spawn(self.queue.run(self.reconciler.reconcile, s.reconcile_workers), "reconcile")
         if self.watchdir is not None:
@@ -324,6 +327,17 @@ class Agent:
         self.ready.set()
         log.info("agent %s ready: %d adapters routed, %d versions loaded", s.agent_id,
                  len(self.routes.adapters()), len(self.cache.loaded_names()))
+
+    async def _first_repair(self) -> None:
+        """Unload a previous run's versions from vLLM before serving. Without it, one
+        whose folder is gone (a new cache dir) passes for loaded, and vLLM's engine dies
+        when it reads that folder again; the registry's snapshot does this in its mode."""
+        try:
+            await self.reconciler.repair_vllm()
+        except AgentError as exc:
+            log.warning("vLLM's adapters not checked at start-up (%s); retrying",
+                        exc.message)
+            self.queue.add(VLLM)
 
     async def _first_credentials(self) -> None:
         """The inference credentials before serving; waits out a registry that is down."""

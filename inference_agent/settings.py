@@ -66,8 +66,9 @@ class AgentSettings(BaseSettings, NatsSettings):
     heartbeat_interval_s: float = Field(default=30.0, gt=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     vllm_ready_timeout_s: float = Field(default=600.0, gt=0)
-    # How often vLLM's queue and KV-cache series are copied for the agent's /metrics (a
-    # gateway's scrape of the agent then costs vLLM nothing): their age at most.
+    # The oldest copy of vLLM's queue and KV-cache series a scrape of the agent is
+    # answered from; an older one is taken again first, so vLLM is asked at most once
+    # per interval however often the agent is scraped, and never while nobody scrapes.
     vllm_metrics_interval_s: float = Field(default=0.25, gt=0, le=60)
     load_wait_timeout_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=5, gt=0)

@@ -172,11 +172,7 @@ class AdapterCache:
             victim = self._pick_victim()
             if victim is not None:
                 self._reserved.add(name)
-                try:
-                    await self._evict(victim)
-                except BaseException:
-                    self._reserved.discard(name)
-                    raise
+                self._evict(victim)
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._any_leased():
@@ -202,20 +198,23 @@ class AdapterCache:
     def _any_leased(self) -> bool:
         return any(self._leases.count(name) > 0 for name in self.active)
 
-    async def _evict(self, victim: str) -> None:
+    def _evict(self, victim: str) -> None:
+        """Take ``victim`` out of the loaded set and unload it from vLLM in the background.
+
+        The load that wants its slot does not wait for that unload: vLLM's names are only
+        a map to folders, its engine keeps ``--max-loras`` adapters in slots by its own LRU,
+        so the unload is bookkeeping that need not come first (bench/zipf_adapters.py:
+        it was one more call to a busy vLLM in every miss). A request for ``victim`` in the
+        meantime loads it again once the unload is done (``_await_unload``). An unload that
+        fails leaves a name in vLLM that nothing here uses; ``resync`` removes such strays.
+        """
         ref = self.active.pop(victim)
-        try:
-            await self._unload(victim)
-        except BaseException:
-            # Still loaded as far as we know: put it back where it was (oldest).
-            self.active[victim] = ref
-            self.active.move_to_end(victim, last=False)
-            raise
         self._metrics.cache_evictions.labels(self._metrics.adapter(ref.adapter)).inc()
         self._changed()
-        log.info("evicted %s (least recently used, idle)", victim)
+        log.info("evicting %s (least recently used, idle)", victim)
         if self.on_evict is not None:
             self.on_evict(victim)
+        self._start_unload(victim)
 
     async def remove(self, name: str) -> None:
         """Unload ``name`` (the caller has drained it). A name being loaded is left alone:
@@ -227,13 +226,17 @@ class AdapterCache:
         await self._unload(name)
 
     async def _unload(self, name: str) -> None:
+        await asyncio.shield(self._start_unload(name))
+
+    def _start_unload(self, name: str) -> asyncio.Future[None]:
+        """The unload of ``name`` in flight, started if there is none (single-flight)."""
         pending = self._unloading.get(name)
         if pending is None:
             pending = asyncio.ensure_future(self._timed_unload(name))
             self._unloading[name] = pending
             pending.add_done_callback(_retrieve)
             pending.add_done_callback(lambda done: self._unloading_done(name, done))
-        await asyncio.shield(pending)
+        return pending
 
     async def _timed_unload(self, name: str) -> None:
         started = time.perf_counter()
@@ -244,6 +247,9 @@ class AdapterCache:
     def _unloading_done(self, name: str, done: asyncio.Future[None]) -> None:
         if self._unloading.get(name) is done:
             del self._unloading[name]
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("unloading %s failed: %s; vLLM may still list it", name,
+                        done.exception())
 
     async def _await_unload(self, name: str) -> None:
         # Loading a name while its unload is in flight could be undone by that unload.

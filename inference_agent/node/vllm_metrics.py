@@ -1,10 +1,13 @@
-"""A copy in memory of a few of vLLM's own ``/metrics`` series, refreshed on an interval.
+"""A copy in memory of a few of vLLM's own ``/metrics`` series, refreshed when scraped.
 
 A gateway's endpoint picker scrapes the agent (about every 50 ms, per picker replica)
 for vLLM's queue and KV-cache series. Asking vLLM at each of those scrapes would put
-every picker's polling on vLLM's API server; instead one task of the agent scrapes vLLM
-every ``interval_s`` and keeps the text of the families it passes on, and the agent's
-``/metrics`` answers from that copy without a call to vLLM.
+every picker's polling on vLLM's API server; instead the agent keeps the text of the
+families it passes on and asks vLLM again only when a scrape finds that copy older than
+``interval_s``: one call to vLLM per ``interval_s`` however many pickers scrape, and
+none while nobody does. (It used to scrape vLLM every 0.25 s in the background, which
+was most of an idle agent's CPU: bench/agent_cost.py.) Concurrent scrapes that find the
+copy old share one call; the copy is taken once at start-up too.
 
 A copy older than ``max_age_s`` (vLLM has not answered since) is dropped rather than
 served: stale queue lengths would steer requests to a server that may be gone.
@@ -65,6 +68,7 @@ class VllmMetricsMirror:
         self._clock = clock
         self._text = ""
         self._at: float | None = None
+        self._refreshing: asyncio.Task[bool] | None = None
         self.scrapes = Counter("loraplane_agent_vllm_metrics_scrapes",
                                "Scrapes of vLLM's /metrics for the series passed on, by "
                                "outcome", ["outcome"], registry=registry)
@@ -93,8 +97,12 @@ class VllmMetricsMirror:
         self.scrapes.labels(outcome="ok").inc()
         return True
 
-    async def run(self) -> None:
-        """Scrape every ``interval_s`` until cancelled."""
-        while True:
-            await self.refresh()
-            await asyncio.sleep(self.interval_s)
+    async def current(self) -> str:
+        """``text()`` for a scrape of the agent: refreshed first (one shared call to
+        vLLM) when the copy is older than ``interval_s``."""
+        if self.age_s() > self.interval_s:
+            if self._refreshing is None or self._refreshing.done():
+                self._refreshing = asyncio.create_task(self.refresh(), name="vllm-metrics")
+            # Shielded: a scraper that hangs up must not cancel the call others share.
+            await asyncio.shield(self._refreshing)
+        return self.text()

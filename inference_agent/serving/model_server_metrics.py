@@ -4,10 +4,10 @@ When a gateway scrapes the agent instead of vLLM, the agent answers the series t
 Gateway API Inference Extension's model-server protocol names (and llm-d's router reads
 for its ``vllm`` engine): ``vllm:lora_requests_info`` from the agent's own state, and
 vLLM's queue, KV-cache and cache-config series from the copy ``VllmMetricsMirror`` keeps.
-Rendering reads memory only; a scrape never reaches vLLM. ``/metrics`` carries them after
-the agent's own metrics; ``MODEL_SERVER_METRICS_PATH`` carries them alone, for a picker
-scraping many times a second (the agent's own histograms cost most of a ``/metrics``
-render: bench/scrape_cost.py).
+Rendering reads memory, and asks vLLM only when that copy is older than its interval.
+``/metrics`` carries them after the agent's own metrics; ``MODEL_SERVER_METRICS_PATH``
+carries them alone, for a picker scraping many times a second (the agent's own
+histograms cost most of a ``/metrics`` render: bench/scrape_cost.py).
 
 ``vllm:lora_requests_info`` as the picker parses it: of the series of that family it
 takes the one with the highest value (vLLM sets it to the time of its update), splits
@@ -113,6 +113,6 @@ class ModelServerMetrics:
                 f'{LORA_INFO}{{max_lora="{max_lora}",running_lora_adapters="{running}",'
                 f'waiting_lora_adapters="{waiting}"}} {self._since!r}\n')
 
-    def render(self) -> bytes:
-        passed = self.mirror.text() if self.mirror is not None else ""
+    async def render(self) -> bytes:
+        passed = await self.mirror.current() if self.mirror is not None else ""
         return (self.lora_info() + passed).encode()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -74,7 +74,7 @@ class Proxy:
                  registry: RegistryLink | None, keys: InferenceKeys,
                  draining: Callable[[], bool], ready: Callable[[], bool],
                  request_resync: Callable[[], None],
-                 model_server: Callable[[], bytes] | None = None) -> None:
+                 model_server: Callable[[], Awaitable[bytes]] | None = None) -> None:
         """``request_resync`` asks the control loop to compare the cache with vLLM;
         ``model_server`` renders the series a gateway reads (model_server_metrics.py)."""
         self.routes = routes
@@ -235,7 +235,7 @@ class Proxy:
     async def prometheus(self, request: Request) -> Response:
         body = self.metrics.render()
         if self.model_server is not None:
-            body += self.model_server()
+            body += await self.model_server()
         return Response(body, media_type=CONTENT_TYPE)
 
     async def model_server_metrics(self, request: Request) -> Response:
@@ -243,7 +243,7 @@ class Proxy:
         times a second, without rendering every metric of the agent each time."""
         if self.model_server is None:
             return Response(status_code=404)
-        return Response(self.model_server(), media_type=CONTENT_TYPE)
+        return Response(await self.model_server(), media_type=CONTENT_TYPE)
 
 
 def _refuse(call: ProxyCall, error: ProxyError) -> Response:
@@ -274,7 +274,8 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                      request_resync: Callable[[], None] | None = None,
                      upstream: Upstream | None = None,
                      request_timeout_s: float = 600.0,
-                     model_server: Callable[[], bytes] | None = None) -> Starlette:
+                     model_server: Callable[[], Awaitable[bytes]] | None = None
+                     ) -> Starlette:
     """The front door app. ``app.state.inflight`` counts proxied requests for shutdown.
 
     ``upstream`` is the client to vLLM; without one the app makes its own (bounded by

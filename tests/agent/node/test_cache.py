@@ -71,6 +71,45 @@ async def test_loads_into_vllm_and_evicts_the_least_recently_used(world: World) 
     assert world.value("loraplane_agent_versions_loaded") == 2
 
 
+async def test_a_miss_does_not_wait_for_the_unload_of_the_version_it_evicts(
+        world: World) -> None:
+    await world.cache.ensure_active(world.ref("a"))
+    await world.cache.ensure_active(world.ref("b"))
+    world.vllm.unload_gate = asyncio.Event()
+    # vLLM holds the unload of a@1: c@1 is loaded (and served) meanwhile.
+    assert await world.cache.ensure_active(world.ref("c")) == "c@1"
+    assert world.vllm.unload_calls == ["a@1"] and "a@1" in world.vllm.names
+    assert world.cache.loaded_names() == ["b@1", "c@1"] and world.evicted == ["a@1"]
+    # A request for a@1 now waits for that unload, then loads it again (evicting b@1).
+    again = asyncio.create_task(world.cache.ensure_active(world.ref("a")))
+    await eventually(lambda: world.cache.is_loading("a@1"), what="a@1 loading again")
+    assert world.vllm.load_calls.count("a@1") == 1, "loaded again before its unload ended"
+    world.vllm.unload_gate.set()
+    assert await again == "a@1"
+    assert world.vllm.load_calls.count("a@1") == 2 and "a@1" in world.vllm.names
+    await eventually(lambda: "b@1" not in world.vllm.names, what="b@1 unloaded")
+    assert world.cache.loaded_names() == ["c@1", "a@1"]
+
+
+async def test_a_failed_unload_of_an_evicted_version_leaves_a_stray_for_resync(
+        world: World) -> None:
+    await world.cache.ensure_active(world.ref("a"))
+    await world.cache.ensure_active(world.ref("b"))
+    world.vllm.down = True
+    world.vllm.unload_gate = asyncio.Event()
+    load = asyncio.create_task(world.cache.ensure_active(world.ref("c")))
+    await eventually(lambda: world.vllm.unload_calls == ["a@1"], what="a@1 being unloaded")
+    world.vllm.unload_gate.set()
+    with pytest.raises(Exception, match="down"):
+        await load
+    world.vllm.down = False
+    await eventually(lambda: not world.cache.in_use_names() - {"b@1"},
+                     what="the failed unload settled")
+    assert "a@1" in world.vllm.names, "vLLM still lists it"
+    assert await world.cache.resync() == set()
+    assert set(world.vllm.names) == {"b@1"}
+
+
 async def test_hits_do_not_reload_and_are_counted(world: World) -> None:
     a = world.ref("a")
     await world.cache.ensure_active(a)

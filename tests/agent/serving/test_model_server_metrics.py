@@ -105,7 +105,7 @@ def test_the_picker_reads_loaded_and_loading_versions_with_their_capacity(
     cache.loading = ["bot@4"]
     clock = Clock()
     protocol = ModelServerMetrics(routes, cache, None, wall_clock=clock)
-    seen = parse_endpoint(protocol.render().decode())
+    seen = parse_endpoint(protocol.lora_info())
     assert seen.active_models == {"bot", "bot@live", "bot@3"}
     assert seen.waiting_models == {"bot@4", "bot@canary"}
     # Five names listed and one free slot of three: six, so "fewer names than max_lora"
@@ -115,7 +115,7 @@ def test_the_picker_reads_loaded_and_loading_versions_with_their_capacity(
     assert lora_affinity_score(seen, "bot@3") == 1.0
     assert lora_affinity_score(seen, "sum") == 0.8
     cache.loaded = ["bot@3", "sum@1"]
-    seen = parse_endpoint(protocol.render().decode())
+    seen = parse_endpoint(protocol.lora_info())
     # Full: a waiting model scores 0.6, a cold one 0.
     assert seen.max_active_models == len(seen.active_models) + len(seen.waiting_models) == 8
     assert lora_affinity_score(seen, "bot@canary") == 0.6
@@ -128,7 +128,7 @@ def test_the_value_is_the_time_the_labels_last_changed(routes: RouteTable) -> No
     protocol = ModelServerMetrics(routes, cache, None, wall_clock=clock)
 
     def series() -> tuple[dict[str, str], float]:
-        (sample,) = families(protocol.render().decode())[LORA_INFO]
+        (sample,) = families(protocol.lora_info())[LORA_INFO]
         return sample.labels, sample.value
 
     assert series() == ({"max_lora": "2", "running_lora_adapters": "",
@@ -156,7 +156,7 @@ async def test_the_agent_page_holds_one_lora_series_and_vllms_others(
     assert await mirror.refresh()
     cache = Cache(capacity=4)
     cache.loaded = ["bot@4"]
-    page = ModelServerMetrics(routes, cache, mirror).render().decode()
+    page = (await ModelServerMetrics(routes, cache, mirror).render()).decode()
     assert len(families(page)[LORA_INFO]) == 1, "vLLM's own lora series is not passed on"
     seen = parse_endpoint(page)
     assert (seen.waiting_queue, seen.running_requests, seen.kv_cache_usage) == (5, 2, 0.25)
@@ -170,30 +170,41 @@ def _answer(text: str) -> Callable[[], Awaitable[str]]:
     return fetch
 
 
-async def test_the_copy_is_refreshed_in_the_background_and_dropped_when_old() -> None:
-    calls = 0
+async def test_the_copy_is_taken_again_only_when_a_scrape_finds_it_old() -> None:
+    calls, failing = 0, True
     clock = [0.0]
+    gate = asyncio.Event()
 
     async def fetch() -> str:
         nonlocal calls
         calls += 1
-        if calls == 1:
-            raise VllmUnavailable("not yet")
+        if failing:
+            raise VllmUnavailable("not answering")
+        await gate.wait()
         return VLLM_PAGE
 
     registry = CollectorRegistry()
-    mirror = VllmMetricsMirror(fetch, interval_s=0.01, max_age_s=5, registry=registry,
+    mirror = VllmMetricsMirror(fetch, interval_s=1, max_age_s=5, registry=registry,
                                clock=lambda: clock[0])
     assert registry.get_sample_value("loraplane_agent_vllm_metrics_age_seconds") == -1
-    task = asyncio.create_task(mirror.run())
-    try:
-        await eventually(lambda: calls >= 3, timeout_s=10, what="scrapes in the background")
-    finally:
-        task.cancel()
-    scrapes = "loraplane_agent_vllm_metrics_scrapes_total"
-    assert registry.get_sample_value(scrapes, {"outcome": "failed"}) == 1
-    assert registry.get_sample_value(scrapes, {"outcome": "ok"}) == calls - 1
-    assert mirror.text() == select_families(VLLM_PAGE, PASSED_FAMILIES)
+    assert await mirror.current() == "" and calls == 1
+    failing = False
+    # Scrapes that find the copy old share one call; one that hangs up cancels nothing.
+    scrapes = [asyncio.create_task(mirror.current()) for _ in range(4)]
+    await eventually(lambda: calls == 2, timeout_s=10, what="the shared call to vLLM")
+    scrapes[0].cancel()
+    gate.set()
+    kept = select_families(VLLM_PAGE, PASSED_FAMILIES)
+    assert await asyncio.gather(*scrapes[1:]) == [kept] * 3 and calls == 2
+    clock[0] += 1.0
+    assert await mirror.current() == kept and calls == 2, "within the interval: memory"
+    clock[0] += 0.5
+    assert await mirror.current() == kept and calls == 3, "older: asked again first"
+    scrapes_total = "loraplane_agent_vllm_metrics_scrapes_total"
+    assert registry.get_sample_value(scrapes_total, {"outcome": "failed"}) == 1
+    assert registry.get_sample_value(scrapes_total, {"outcome": "ok"}) == 2
+    failing = True
     clock[0] += 5.1
     assert registry.get_sample_value("loraplane_agent_vllm_metrics_age_seconds") == 5.1
-    assert mirror.text() == "", "vLLM silent for longer than max_age_s: nothing passed on"
+    assert await mirror.current() == "", "vLLM silent for longer than max_age_s: nothing passed on"
+    assert calls == 4
