@@ -37,6 +37,7 @@ from registry_service.auth.roles import Principal
 from registry_service.background import BackgroundTask
 from registry_service.blobs.base import BlobStore, StoredBlob
 from registry_service.blobs.leases import claim_for_collection, drop_expired, release_collection
+from registry_service.blobs.referenced import read_referenced
 from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import Forbidden, RegistryError
@@ -59,13 +60,6 @@ class GcReport(BaseModel):
     deleted: int = 0
     # Uploads that never finished (open multipart uploads, temporary objects or files).
     incomplete: int = 0
-
-
-async def _referenced(session: AsyncSession) -> set[str]:
-    found: set[str] = set()
-    for files in await session.scalars(select(Version.files)):
-        found.update(str(entry["sha256"]) for entry in files)
-    return found
 
 
 async def _is_referenced(session: AsyncSession, sha: str) -> bool:
@@ -105,8 +99,7 @@ class _Pass:
 async def collect_garbage(db: Database, blobs: BlobStore, settings: RegistrySettings) -> GcReport:
     """One pass over the store; see the module docstring for what is removed."""
     report = GcReport()
-    async with db.session() as session:
-        referenced = await _referenced(session)
+    referenced = await read_referenced(db)
     cutoff = utcnow() - timedelta(seconds=settings.blob_gc_grace_s)
     gc = _Pass(db, blobs, report)
     async for blob in blobs.list_blobs():
