@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import select
 
@@ -48,7 +49,7 @@ async def test_an_empty_registry_names_nothing(registry: RegistryHarness) -> Non
 
 def test_prefixes_are_compared_whole() -> None:
     sha = hashlib.sha256(b"a").hexdigest()
-    found = ReferencedDigests(referenced.np.array([int(sha[:16], 16)], dtype=referenced.np.uint64))
+    found = ReferencedDigests(np.array([int(sha[:16], 16)], dtype=np.uint64))
     assert sha in found
     assert sha[:15] + ("0" if sha[15] != "0" else "1") + sha[16:] not in found
     assert "not-hex-but-short" not in found and 42 not in found
