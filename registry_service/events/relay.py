@@ -16,6 +16,16 @@ duplicate window drop the copy.
 Order: one relay publishes its batch in ``seq`` order and stops at the first failure,
 so no row of a batch goes out before an earlier row of that batch. As before, replicas
 on Postgres publish disjoint batches side by side (agents treat events as hints).
+
+Hand-over: a commit in this process hands its rows to the relay (``notify``), which
+publishes them at once, before its next claim: the claim's transaction is not on the
+path from a commit to the agents (it was a third of it on a busy machine, measured by
+bench/agent_publish_to_served.py). Those rows are not claimed; only rows this process
+committed are handed, and only after their commit, so nothing goes out before it. If
+their publish fails, they are left unpublished and the next pass claims them as any
+other; if this process dies first, another relay or the restarted one does. A replica
+polling at the same moment may publish a handed row too: the ``Nats-Msg-Id`` makes the
+stream keep one copy, as after a lost ack.
 """
 
 from __future__ import annotations
@@ -87,6 +97,7 @@ class EventRelay:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
+        self._handed: dict[int, EventRow] = {}
         self._stopping = asyncio.Event()
         self._failures = 0
         self._passes = 0
@@ -113,8 +124,9 @@ class EventRelay:
         self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="event-relay")
 
-    def notify(self) -> None:
-        """Wake the loop now (called right after a commit that wrote outbox rows)."""
+    def notify(self, rows: Sequence[EventRow] = ()) -> None:
+        """Wake the loop now, handing it ``rows`` (called right after a commit that
+        wrote them)."""
         loop = self._loop
         if loop is None or self._stopping.is_set():
             return
@@ -123,11 +135,17 @@ class EventRelay:
         except RuntimeError:
             same_loop = False
         if same_loop:
-            self._wake.set()
+            self._take(rows)
             return
         # A commit on another thread; a loop that has closed has no relay left to wake.
         with suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(self._take, rows)
+
+    def _take(self, rows: Sequence[EventRow]) -> None:
+        for row in rows:
+            if row.subject:  # audit-only rows are born published
+                self._handed[row.seq] = row
+        self._wake.set()
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Take no new batch, let the one in flight finish within ``grace_s``, then cancel.
@@ -161,6 +179,7 @@ class EventRelay:
             # Cleared before the pass: a commit during the pass triggers one more.
             self._wake.clear()
             try:
+                await self._publish_handed()
                 more = await self._pass()
             except RegistryError as exc:
                 await self._after_failure(exc)
@@ -189,6 +208,20 @@ class EventRelay:
         if failure is not None:
             raise failure
         return len(rows) == self._settings.relay_batch_size
+
+    async def _publish_handed(self) -> None:
+        """Publish the rows commits handed over, oldest first, with no claim."""
+        if not self._handed:
+            return
+        rows = [self._handed[seq] for seq in sorted(self._handed)]
+        self._handed.clear()
+        bus = await self._ready_bus()
+        deadline = time.monotonic() + self._settings.relay_claim_lease_s
+        acked, failure = await self._publish_rows(bus, rows, deadline)
+        await self._record(acked, rows)
+        self._metrics.events_published.inc(len(acked))
+        if failure is not None:
+            raise failure
 
     async def _ready_bus(self) -> EventBus:
         if self._bus is not None and self._bus.is_closed:
@@ -227,6 +260,8 @@ class EventRelay:
             rows = list(await session.scalars(query))
             for row in rows:
                 row.claimed_by, row.claimed_until = self.identity, until
+                # Handed over meanwhile (from another thread): it goes out with this batch.
+                self._handed.pop(row.seq, None)
             await session.commit()
         return rows
 
