@@ -86,7 +86,10 @@ class EventRelay:
     def __init__(
         self, db: Database, nats_url: str, *, settings: RegistrySettings,
         metrics: RegistryMetrics, security: NatsSecurity | None = None,
+        hand_over: bool = True,
     ) -> None:
+        """``hand_over`` False: every row waits for a claiming pass (the design before
+        the hand-over, kept for bench/relay_latency.py to compare against)."""
         self._db = db
         self._url = nats_url
         self._security = security
@@ -98,6 +101,7 @@ class EventRelay:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._handed: dict[int, EventRow] = {}
+        self._hand_over = hand_over
         self._stopping = asyncio.Event()
         self._failures = 0
         self._passes = 0
@@ -142,7 +146,7 @@ class EventRelay:
             loop.call_soon_threadsafe(self._take, rows)
 
     def _take(self, rows: Sequence[EventRow]) -> None:
-        for row in rows:
+        for row in rows if self._hand_over else ():
             if row.subject:  # audit-only rows are born published
                 self._handed[row.seq] = row
         self._wake.set()
