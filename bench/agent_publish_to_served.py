@@ -56,7 +56,7 @@ from bench.publish_timeline import COLUMNS, Push, cells, slowest, summarize
 from bench.stacks import StallDumps, recording, require_py_spy
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import AgentProcess, Testbed, metric
+from devharness.testbed import E2E_TENANT, AgentProcess, Testbed, metric
 from loraplane.client import AsyncRegistryClient
 from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, parse_event
 
@@ -147,9 +147,9 @@ async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Probe
     watch = stalls.watching if stalls is not None else no_watch
     sent = time.time()
     async with watch(folder.name, sent):
-        pushed = await api.push(ADAPTER, folder)
+        pushed = await api.push(prober.model, folder)
         answered = time.time()
-        name = f"{ADAPTER}@{pushed.version}"
+        name = f"{prober.model}@{pushed.version}"
         first = await prober.wait_for(name, SERVED_TIMEOUT_S)
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
@@ -177,18 +177,18 @@ def make_folders(work: Path, count: int) -> list[Path]:
                          base_model=BASE_MODEL, seed=SEED_BASE + i) for i in range(count)]
 
 
-async def measure(testbed: Testbed, folders: list[Path], warmup: int, probers: int,
-                  stalls: StallDumps | None) -> tuple[list[Push], Prober]:
-    agent = testbed.agents["a"]
-    events = EventTimes(ADAPTER)
+async def measure(testbed: Testbed, folders: list[Path], args: argparse.Namespace,
+                  stalls: StallDumps | None, adapter: str) -> tuple[list[Push], Prober]:
+    agent, warmup = testbed.agents["a"], args.warmup
+    events = EventTimes(adapter)
     await events.start(testbed.nats.url)
     async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
                                    timeout_s=120) as api, \
             OpenAIClient(agent.url, token=testbed.inference_token) as client:
-        await api.create_adapter(ADAPTER, BASE_MODEL, tenant="e2e")
-        await api.push(ADAPTER, folders[0])
-        await wait_served(client, ADAPTER, f"{ADAPTER}@1", SERVED_TIMEOUT_S)
-        prober = Prober(client, ADAPTER, probers)
+        await api.create_adapter(adapter, BASE_MODEL, tenant=E2E_TENANT)
+        await api.push(adapter, folders[0])
+        await wait_served(client, adapter, f"{adapter}@1", SERVED_TIMEOUT_S)
+        prober = Prober(client, adapter, args.probers)
         probing = asyncio.create_task(prober.run())
         try:
             pushes = []
@@ -207,9 +207,10 @@ async def measure(testbed: Testbed, folders: list[Path], warmup: int, probers: i
 
 
 def attach_marks(pushes: list[Push], events: EventTimes, log_text: str) -> None:
-    done = materialized(log_text, ADAPTER)
-    flipped = {flip.new: flip.at for flip in flips(log_text, ADAPTER)}
-    received = events_received(log_text, ADAPTER)
+    adapter = events.adapter
+    done = materialized(log_text, adapter)
+    flipped = {flip.new: flip.at for flip in flips(log_text, adapter)}
+    received = events_received(log_text, adapter)
     for push in pushes:
         push.written = events.written.get(push.version)
         push.bench_subscriber = events.arrived.get(push.version)
@@ -250,24 +251,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Set up, measure, and return the JSON document."""
+    """Set up this benchmark's own testbed, measure, and return the JSON document."""
+    with bench_testbed(work, max_loras=3, max_loaded=3, sqlite=args.sqlite) as testbed:
+        return run_on(testbed, args, work, ADAPTER)
+
+
+def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
+           adapter: str) -> dict[str, Any]:
+    """Measure on ``testbed`` (its agent ``a``) with a new adapter named ``adapter``."""
     commit = git_commit()  # before measuring: what this run's code was
     folders = make_folders(work / "adapters", 1 + args.warmup + args.pushes)
+    agent = testbed.agents["a"].process
     with contextlib.ExitStack() as stack:
-        testbed = stack.enter_context(bench_testbed(work, max_loras=3, max_loaded=3,
-                                                    sqlite=args.sqlite))
-        pids = {"registry": testbed.registry.process.pid,
-                "agent": testbed.agents["a"].process.pid}
         stalls = None
         if args.py_spy is not None:
+            pids = {"registry": testbed.registry.process.pid, "agent": agent.pid}
             procs = {k: v for k, v in pids.items() if v is not None}
             stack.enter_context(recording(procs, args.py_spy))
             stalls = StallDumps(procs, args.py_spy / "stalls.txt",
                                 after_s=args.stall_ms / 1000)
         with MachineLoad() as load:
-            pushes, prober = asyncio.run(measure(testbed, folders, args.warmup,
-                                                 args.probers, stalls))
-        errors = log_lines(testbed.agents["a"].process.log_text(), " WARNING ", " ERROR ")
+            pushes, prober = asyncio.run(measure(testbed, folders, args, stalls, adapter))
+    errors = log_lines(agent.log_text(), " WARNING ", " ERROR ")
     summary = summarize(pushes)
     summary["rows"]["(one probe request, for reference)"] = cells(prober.latencies)
     summary.update(probe_requests=len(prober.latencies), probe_failures=prober.failures[:20],
