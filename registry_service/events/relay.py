@@ -17,10 +17,10 @@ Order: one relay publishes its batch in ``seq`` order and stops at the first fai
 so no row of a batch goes out before an earlier row of that batch. As before, replicas
 on Postgres publish disjoint batches side by side (agents treat events as hints).
 
-Hand-over: a commit in this process hands its rows to the relay (``notify``), which
-publishes them at once, before its next claim: the claim's transaction is not on the
-path from a commit to the agents (it was a third of it on a busy machine, measured by
-bench/agent_publish_to_served.py). Those rows are not claimed; only rows this process
+Hand-over (handover.py): a commit in this process hands its rows to the relay
+(``notify``), whose hand-over task publishes them at once: no claim transaction, and no
+wait for a claiming pass in progress, lies between a commit and the agents (measured by
+bench/relay_latency.py). Those rows are not claimed; only rows this process
 committed are handed, and only after their commit, so nothing goes out before it. If
 their publish fails, they are left unpublished and the next pass claims them as any
 other; if this process dies first, another relay or the restarted one does. A replica
@@ -52,6 +52,7 @@ from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import EventBusUnavailable, RegistryError
 from registry_service.events.bus import EventBus
+from registry_service.events.handover import HandOver
 from registry_service.events.models import EventRow
 from registry_service.events.service import event_json
 from registry_service.metrics import RegistryMetrics
@@ -100,8 +101,8 @@ class EventRelay:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
-        self._handed: dict[int, EventRow] = {}
-        self._hand_over = hand_over
+        self._hand_over = HandOver(self._publish_handed, self._wake.set) if hand_over \
+            else None
         self._stopping = asyncio.Event()
         self._failures = 0
         self._passes = 0
@@ -127,6 +128,8 @@ class EventRelay:
         self._loop = asyncio.get_running_loop()
         self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="event-relay")
+        if self._hand_over is not None:
+            self._hand_over.start()
 
     def notify(self, rows: Sequence[EventRow] = ()) -> None:
         """Wake the loop now, handing it ``rows`` (called right after a commit that
@@ -146,10 +149,10 @@ class EventRelay:
             loop.call_soon_threadsafe(self._take, rows)
 
     def _take(self, rows: Sequence[EventRow]) -> None:
-        for row in rows if self._hand_over else ():
-            if row.subject:  # audit-only rows are born published
-                self._handed[row.seq] = row
-        self._wake.set()
+        if self._hand_over is None:
+            self._wake.set()
+        else:
+            self._hand_over.take(rows)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Take no new batch, let the one in flight finish within ``grace_s``, then cancel.
@@ -159,6 +162,8 @@ class EventRelay:
         """
         self._stopping.set()
         self._wake.set()
+        if self._hand_over is not None:
+            await self._hand_over.stop()
         task, self._task = self._task, None
         if task is not None:
             _done, pending = await asyncio.wait({task}, timeout=grace_s)
@@ -183,7 +188,6 @@ class EventRelay:
             # Cleared before the pass: a commit during the pass triggers one more.
             self._wake.clear()
             try:
-                await self._publish_handed()
                 more = await self._pass()
             except RegistryError as exc:
                 await self._after_failure(exc)
@@ -213,19 +217,17 @@ class EventRelay:
             raise failure
         return len(rows) == self._settings.relay_batch_size
 
-    async def _publish_handed(self) -> None:
-        """Publish the rows commits handed over, oldest first, with no claim."""
-        if not self._handed:
-            return
-        rows = [self._handed[seq] for seq in sorted(self._handed)]
-        self._handed.clear()
-        bus = await self._ready_bus()
+    async def _publish_handed(self, rows: list[EventRow]) -> bool:
+        """Publish rows a commit handed over, with no claim; False if not all went
+        out (the claiming pass then takes the rest, with its backoff)."""
+        bus = self._bus
+        if bus is None or not bus.is_connected or not self._stream_ready:
+            return False
         deadline = time.monotonic() + self._settings.relay_claim_lease_s
         acked, failure = await self._publish_rows(bus, rows, deadline)
         await self._record(acked, rows)
         self._metrics.events_published.inc(len(acked))
-        if failure is not None:
-            raise failure
+        return failure is None
 
     async def _ready_bus(self) -> EventBus:
         if self._bus is not None and self._bus.is_closed:
@@ -255,6 +257,9 @@ class EventRelay:
             .order_by(EventRow.seq)
             .limit(self._settings.relay_batch_size)
         )
+        busy = self._hand_over.busy() if self._hand_over is not None else set()
+        if busy:
+            query = query.where(EventRow.seq.not_in(busy))
         if self._db.is_postgres:
             # Rows another replica is claiming right now are skipped, not waited for.
             # SQLite needs nothing: every transaction there starts with BEGIN IMMEDIATE.
@@ -262,10 +267,11 @@ class EventRelay:
         until = now + timedelta(seconds=self._settings.relay_claim_lease_s)
         async with self._db.session() as session:
             rows = list(await session.scalars(query))
+            if self._hand_over is not None:
+                # A commit may have handed some over since the query was built.
+                rows = self._hand_over.claim(rows)
             for row in rows:
                 row.claimed_by, row.claimed_until = self.identity, until
-                # Handed over meanwhile (from another thread): it goes out with this batch.
-                self._handed.pop(row.seq, None)
             await session.commit()
         return rows
 
