@@ -1,36 +1,23 @@
-"""Publish to served: from a push answering to the first response from the new version.
+"""Publish to served: from a push being sent to the first response from the new version.
 
-One host (``bench/agent_setup.py``): Postgres + SeaweedFS + NATS, ``loraplane registry
-serve``, one CPU vLLM with the tiny model, one ``loraplane agent``. The adapter is hot:
-probers send back-to-back one-token completions to it through the agent the whole
-time, so every push takes the swap path that loads the new version before the flip.
+One host (``bench/agent_setup.py``): Postgres (or, with ``--sqlite``, an SQLite file,
+the registry's embedded default) + SeaweedFS + NATS, ``loraplane registry serve``, one
+CPU vLLM with the tiny model, one ``loraplane agent``. The adapter is hot: probers send
+back-to-back one-token completions to it through the agent the whole time, so every
+push takes the swap path that loads the new version before the flip.
 
 Each push is new content: a rank-8 q/k/v/o LoRA for the tiny Llama (hidden 128,
 intermediate 256, 2 layers, 4 heads) made by ``devharness/adapters.py:
 make_adapter`` with a seed of its own, pushed with ``aliases=live``. Pushes are
 sequential: the next starts once the old version was unloaded.
 
-Each push is split on one timeline (wall clock, one machine), from the agent's own
-marks where it has them:
+Each push is cut into parts on one timeline that add up to the total (see
+``bench/publish_timeline.py`` for the marks). ``--py-spy DIR`` records the registry's
+and the agent's stacks for the whole run and dumps both while any push is slower than
+``--stall-ms`` (``bench/stacks.py``). Prerequisites as for the other benchmarks, plus the
+vLLM venv (``bash scripts/vllm/install.sh``).
 
-- ``event + desired read``: push answered -> the agent's ``GET /v1/desired?...&adapter=``
-  answered (its log; the first thing it does on an event). For context, a NATS
-  subscriber of the bench's own also stamps the event's arrival (it can lag behind the
-  agent's when the bench process itself is short of CPU);
-- ``to fetch start``: that read -> the fetch starts (queueing, the swap's pre-checks);
-- ``fetch``, ``validate``: the agent's ``stage_seconds`` histograms, diffed per push;
-- ``load``, ``flip``: the same; ``other``: the rest until the flip (bookkeeping), from
-  the ``materialized`` and swap log lines;
-- ``first response``: flip -> the first response naming the new version arrives.
-
-For context, two of the agent's own metrics, as a mean per push: ``event_delay_seconds``
-(an event's commit in the registry -> its receipt by the agent) and the ``desired``
-stage of ``stage_seconds`` (the registry read that starts each reconcile).
-
-The parts add up to the total. Prerequisites as for the other benchmarks, plus the vLLM
-venv (``bash scripts/vllm/install.sh``).
-
-    .venv/bin/python -m bench.agent_publish_to_served --pushes 50
+    .venv/bin/python -m bench.agent_publish_to_served --pushes 200
 """
 
 from __future__ import annotations
@@ -43,7 +30,8 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -55,38 +43,38 @@ from bench.agent_setup import (
     ADAPTER,
     BASE_MODEL,
     MachineLoad,
-    NodelayAgentProcess,
     bench_testbed,
-    cells,
-    desired_reads,
+    events_received,
     flips,
     log_lines,
     materialized,
     stage_totals,
     wait_served,
 )
-from bench.common import table
+from bench.common import git_commit, table
+from bench.publish_timeline import COLUMNS, Push, cells, slowest, summarize
+from bench.stacks import StallDumps, recording, require_py_spy
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import AgentProcess, Testbed, metric
+from devharness.testbed import E2E_TENANT, AgentProcess, Testbed, metric
 from loraplane.client import AsyncRegistryClient
-from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, VersionPublished, parse_event
+from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, parse_event
 
 SERVED_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_S = 30.0
 SEED_BASE = 5000
-PARTS = ("event + desired read", "to fetch start", "fetch", "validate", "load", "flip",
-         "other", "first response")
 
 
 class Prober:
-    """Back-to-back one-token completions on ``model``; when each version first answered."""
+    """Back-to-back one-token completions on ``model``; for each version, the first
+    answer from it and the send time of the earliest probe it answered."""
 
     def __init__(self, client: OpenAIClient, model: str, workers: int) -> None:
         self.client = client
         self.model = model
         self.workers = workers
         self.first_seen: dict[str, float] = {}
+        self.first_sent: dict[str, float] = {}
         self.failures: list[str] = []
         self.latencies: list[float] = []
         self._news = asyncio.Event()
@@ -104,8 +92,10 @@ class Prober:
             if not result.ok or result.adapter is None:
                 self.failures.append(str(result))
                 continue
-            if result.adapter not in self.first_seen:
-                self.first_seen[result.adapter] = now
+            name = result.adapter
+            self.first_sent[name] = min(sent, self.first_sent.get(name, sent))
+            if name not in self.first_seen:
+                self.first_seen[name] = now
                 self._news.set()
 
     async def wait_for(self, name: str, timeout_s: float) -> float:
@@ -118,12 +108,13 @@ class Prober:
 
 
 class EventTimes:
-    """Arrival (wall clock) of the first event naming each version, on core NATS."""
+    """Per version of one adapter: the alias move's own time (its outbox row, written
+    right before the push commits) and its arrival at a core NATS subscriber here."""
 
     def __init__(self, adapter: str) -> None:
         self.adapter = adapter
         self.arrived: dict[int, float] = {}
-        self.written: dict[int, float] = {}  # the event's own time (the outbox row)
+        self.written: dict[int, float] = {}
         self._client: NatsClient | None = None
 
     async def start(self, url: str) -> None:
@@ -133,65 +124,33 @@ class EventTimes:
     async def _on_message(self, message: Msg) -> None:
         now = time.time()
         event = parse_event(message.data)
-        version: int | None = None
-        if isinstance(event, AdapterUpdated):
-            version = event.version
-        elif isinstance(event, VersionPublished):
-            version = event.target.version
-        if event.adapter == self.adapter and version is not None:
-            self.arrived.setdefault(version, now)
-            self.written.setdefault(version, event.time.timestamp())
+        if isinstance(event, AdapterUpdated) and event.adapter == self.adapter and \
+                event.version is not None:
+            self.arrived.setdefault(event.version, now)
+            self.written.setdefault(event.version, event.time.timestamp())
 
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
 
 
-@dataclass
-class Push:
-    """One measured push; times are wall clock, ``*_s`` durations."""
-
-    version: int
-    sent: float
-    answered: float
-    first_response: float
-    stages: dict[str, float]
-    stage_counts: dict[str, int]
-    event_arrived: float | None = None
-    event_written: float | None = None
-    desired_read: float | None = None
-    materialized: float | None = None
-    flipped: float | None = None
-    event_delay_s: float | None = None
-
-    @property
-    def total_s(self) -> float:
-        return self.first_response - self.answered
-
-    def parts(self) -> dict[str, float] | None:
-        """The timeline split (PARTS), or None if a mark is missing."""
-        if self.desired_read is None or self.materialized is None or self.flipped is None:
-            return None
-        fetch, validate = self.stages["fetch"], self.stages["validate"]
-        load, flip = self.stages["load"], self.stages["flip"]
-        fetch_started = self.materialized - fetch - validate
-        return {"event + desired read": self.desired_read - self.answered,
-                "to fetch start": fetch_started - self.desired_read,
-                "fetch": fetch, "validate": validate, "load": load, "flip": flip,
-                "other": self.flipped - self.materialized - load - flip,
-                "first response": self.first_response - self.flipped}
+@contextlib.asynccontextmanager
+async def no_watch(_label: str, _started: float) -> AsyncIterator[None]:
+    yield
 
 
 async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Prober,
-                    folder: Path) -> Push:
+                    folder: Path, stalls: StallDumps | None) -> Push:
     """Push ``folder``; wait for its first response, then for the old version's unload."""
     text = agent.metrics()
     before, delays_before = stage_totals(text), event_delays(text)
+    watch = stalls.watching if stalls is not None else no_watch
     sent = time.time()
-    pushed = await api.push(ADAPTER, folder)
-    answered = time.time()
-    version = pushed.version
-    first = await prober.wait_for(f"{ADAPTER}@{version}", SERVED_TIMEOUT_S)
+    async with watch(folder.name, sent):
+        pushed = await api.push(prober.model, folder)
+        answered = time.time()
+        name = f"{prober.model}@{pushed.version}"
+        first = await prober.wait_for(name, SERVED_TIMEOUT_S)
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
         text = agent.metrics()
@@ -199,7 +158,8 @@ async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Probe
         if delta.counts["unload"] >= 1 or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.02)
-    push = Push(version, sent, answered, first, delta.sums, delta.counts)
+    push = Push(pushed.version, sent, answered, first, prober.first_sent[name], delta.sums,
+                delta.counts)
     delays = event_delays(text)
     if delays[1] > delays_before[1]:
         push.event_delay_s = (delays[0] - delays_before[0]) / (delays[1] - delays_before[1])
@@ -217,23 +177,24 @@ def make_folders(work: Path, count: int) -> list[Path]:
                          base_model=BASE_MODEL, seed=SEED_BASE + i) for i in range(count)]
 
 
-async def measure(testbed: Testbed, folders: list[Path], warmup: int,
-                  probers: int) -> tuple[list[Push], Prober]:
-    agent = testbed.agents["a"]
-    events = EventTimes(ADAPTER)
+async def measure(testbed: Testbed, folders: list[Path], args: argparse.Namespace,
+                  stalls: StallDumps | None, adapter: str) -> tuple[list[Push], Prober]:
+    agent, warmup = testbed.agents["a"], args.warmup
+    events = EventTimes(adapter)
     await events.start(testbed.nats.url)
     async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
                                    timeout_s=120) as api, \
             OpenAIClient(agent.url, token=testbed.inference_token) as client:
-        await api.create_adapter(ADAPTER, BASE_MODEL, tenant="e2e")
-        await api.push(ADAPTER, folders[0])
-        await wait_served(client, ADAPTER, f"{ADAPTER}@1", SERVED_TIMEOUT_S)
-        prober = Prober(client, ADAPTER, probers)
+        await api.create_adapter(adapter, BASE_MODEL, tenant=E2E_TENANT)
+        await api.push(adapter, folders[0])
+        await wait_served(client, adapter, f"{adapter}@1", SERVED_TIMEOUT_S)
+        prober = Prober(client, adapter, args.probers)
         probing = asyncio.create_task(prober.run())
         try:
             pushes = []
             for index, folder in enumerate(folders[1:]):
-                push = await push_once(api, agent, prober, folder)
+                push = await push_once(api, agent, prober, folder,
+                                       stalls if index >= warmup else None)
                 print(f"  push {index + 1 - warmup:3d}: v{push.version} served after "
                       f"{push.total_s * 1000:.0f} ms", file=sys.stderr)
                 pushes.append(push)
@@ -246,109 +207,100 @@ async def measure(testbed: Testbed, folders: list[Path], warmup: int,
 
 
 def attach_marks(pushes: list[Push], events: EventTimes, log_text: str) -> None:
-    done = materialized(log_text, ADAPTER)
-    flipped = {flip.new: flip.at for flip in flips(log_text, ADAPTER)}
-    reads = desired_reads(log_text, ADAPTER)
+    adapter = events.adapter
+    done = materialized(log_text, adapter)
+    flipped = {flip.new: flip.at for flip in flips(log_text, adapter)}
+    received = events_received(log_text, adapter)
     for push in pushes:
-        push.desired_read = next((at for at in reads if at >= push.sent - 0.001), None)
-        push.event_arrived = events.arrived.get(push.version)
-        push.event_written = events.written.get(push.version)
+        push.written = events.written.get(push.version)
+        push.bench_subscriber = events.arrived.get(push.version)
+        push.received = received.get(push.version)
         push.materialized = done.get(push.version)
         push.flipped = flipped.get(push.version)
 
 
-def summarize(pushes: list[Push]) -> dict[str, Any]:
-    split = [p for p in (push.parts() for push in pushes) if p is not None]
-    rows: dict[str, list[str]] = {"total": cells([p.total_s for p in pushes])}
-    for part in PARTS:
-        rows[part] = cells([s[part] for s in split])
-    rows["(push request: sent -> answered)"] = cells([p.answered - p.sent for p in pushes])
-    arrived = [p for p in pushes if p.event_arrived is not None]
-    if arrived:
-        rows["(answered -> event at the bench's NATS subscriber)"] = cells(
-            [p.event_arrived - p.answered for p in arrived if p.event_arrived])
-        rows["(event's own time -> at the bench's NATS subscriber)"] = cells(
-            [p.event_arrived - p.event_written for p in arrived
-             if p.event_arrived and p.event_written])
-    rows["(event commit -> agent, its event_delay_seconds; mean per push)"] = cells(
-        [p.event_delay_s for p in pushes if p.event_delay_s is not None])
-    rows["(desired read, its stage_seconds; mean per push)"] = cells(
-        [p.stages["desired"] / p.stage_counts["desired"] for p in pushes
-         if p.stage_counts["desired"]])
-    for stage in ("drain", "unload"):
-        rows[f"({stage} of the old version, after the flip)"] = cells(
-            [p.stages[stage] for p in pushes])
-    odd = [asdict(p) for p in pushes if any(p.stage_counts[s] != 1 for s in
-                                            ("fetch", "validate", "load", "flip"))]
-    return {"pushes": len(pushes), "split": len(split), "rows": rows,
-            "pushes_with_unexpected_stage_counts": odd}
-
-
 def render(summary: dict[str, Any]) -> str:
     rows = [[name, *values] for name, values in summary["rows"].items()]
-    return table(["part", "p50 ms", "p99 ms", "min ms", "max ms"], rows)
-
-
-def swap_in_nodelay_agent(testbed: Testbed, stack: contextlib.ExitStack) -> None:
-    """Replace the testbed's agent by the same one run through bench/agent_nodelay.py."""
-    old = testbed.agents["a"]
-    old.stop()
-    agent = NodelayAgentProcess(old.spec, old.log_dir)
-    stack.callback(agent.stop)
-    agent.start()
-    testbed.agents["a"] = agent
+    return table(["part", *COLUMNS], rows)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--pushes", type=int, default=50, help="measured pushes (default 50)")
+    parser.add_argument("--pushes", type=int, default=200,
+                        help="measured pushes (default 200: p99 is then the 2nd largest)")
     parser.add_argument("--warmup", type=int, default=2,
                         help="swaps before the measured ones, not counted (default 2)")
     parser.add_argument("--probers", type=int, default=2,
                         help="concurrent back-to-back probe requests (default 2)")
-    parser.add_argument("--agent-tcp-nodelay", action="store_true",
-                        help="run the agent through bench/agent_nodelay.py (TCP_NODELAY on "
-                             "its listening socket, the proposed fix)")
+    parser.add_argument("--sqlite", action="store_true",
+                        help="the registry on an SQLite file instead of Postgres")
+    parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="DIR",
+                        help="record the registry's and agent's stacks into DIR, and dump "
+                             "them while a push is slower than --stall-ms")
+    parser.add_argument("--stall-ms", type=float, default=400.0,
+                        help="with --py-spy: dump stacks once a push takes longer (400)")
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
-    if args.pushes < 1 or args.warmup < 0 or args.probers < 1:
-        parser.error("--pushes and --probers must be positive, --warmup not negative")
+    if args.pushes < 1 or args.warmup < 0 or args.probers < 1 or args.stall_ms <= 0:
+        parser.error("--pushes, --probers and --stall-ms must be positive, "
+                     "--warmup not negative")
+    if args.py_spy is not None:
+        require_py_spy()
     return args
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Set up this benchmark's own testbed, measure, and return the JSON document."""
+    with bench_testbed(work, max_loras=3, max_loaded=3, sqlite=args.sqlite) as testbed:
+        return run_on(testbed, args, work, ADAPTER)
+
+
+def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
+           adapter: str) -> dict[str, Any]:
+    """Measure on ``testbed`` (its agent ``a``) with a new adapter named ``adapter``."""
+    commit = git_commit()  # before measuring: what this run's code was
+    folders = make_folders(work / "adapters", 1 + args.warmup + args.pushes)
+    agent = testbed.agents["a"].process
+    with contextlib.ExitStack() as stack:
+        stalls = None
+        if args.py_spy is not None:
+            pids = {"registry": testbed.registry.process.pid, "agent": agent.pid}
+            procs = {k: v for k, v in pids.items() if v is not None}
+            stack.enter_context(recording(procs, args.py_spy))
+            stalls = StallDumps(procs, args.py_spy / "stalls.txt",
+                                after_s=args.stall_ms / 1000)
+        with MachineLoad() as load:
+            pushes, prober = asyncio.run(measure(testbed, folders, args, stalls, adapter))
+    errors = log_lines(agent.log_text(), " WARNING ", " ERROR ")
+    summary = summarize(pushes)
+    summary["rows"]["(one probe request, for reference)"] = cells(prober.latencies)
+    summary.update(probe_requests=len(prober.latencies), probe_failures=prober.failures[:20],
+                   probe_failure_count=len(prober.failures), agent_warnings=errors[:20],
+                   slowest=slowest(pushes), stalls_dumped=stalls.stalls if stalls else None)
+    return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
+            "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
+            "pushes": [asdict(p) for p in pushes]}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     work = Path(tempfile.mkdtemp(prefix="lp-bench-publish-", dir=args.work_dir))
     try:
-        folders = make_folders(work / "adapters", 1 + args.warmup + args.pushes)
-        with contextlib.ExitStack() as stack:
-            testbed = stack.enter_context(bench_testbed(work, max_loras=3, max_loaded=3))
-            if args.agent_tcp_nodelay:
-                swap_in_nodelay_agent(testbed, stack)
-            with MachineLoad() as load:
-                pushes, prober = asyncio.run(measure(testbed, folders, args.warmup,
-                                                     args.probers))
-            errors = log_lines(testbed.agents["a"].process.log_text(), " WARNING ", " ERROR ")
-        summary = summarize(pushes)
-        summary["rows"]["(one probe request, for reference)"] = cells(prober.latencies)
-        summary.update(probe_requests=len(prober.latencies),
-                       probe_failures=prober.failures[:20],
-                       probe_failure_count=len(prober.failures), agent_warnings=errors[:20])
-        print(render(summary))
-        print(f"probe requests {len(prober.latencies)}, failed {len(prober.failures)}; "
-              f"agent warnings/errors {len(errors)}")
-        print(f"machine: {load.summary}")
-        document = {"benchmark": "agent_publish_to_served", "machine": load.summary,
-                    "agent_tcp_nodelay": args.agent_tcp_nodelay,
-                    "summary": summary, "pushes": [asdict(p) for p in pushes]}
-        text = json.dumps(document, indent=2)
-        if args.json_out is not None:
-            args.json_out.write_text(text + "\n")
-        else:
-            print(text)
+        document = run(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    summary = document["summary"]
+    print(render(summary))
+    print(f"probe requests {summary['probe_requests']}, failed "
+          f"{summary['probe_failure_count']}; agent warnings/errors "
+          f"{len(summary['agent_warnings'])}")
+    print(f"slowest: {json.dumps(summary['slowest'])}")
+    print(f"machine: {document['machine']}; database {document['database']}")
+    print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")
+    text = json.dumps(document, indent=2)
+    if args.json_out is not None:
+        args.json_out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

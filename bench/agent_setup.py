@@ -44,6 +44,8 @@ _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 _FLIP = re.compile(r"inference_agent\.control\.swap: (?P<adapter>[^@\s]+)@(?P<alias>\S+): "
                    r"(?P<old>\S+) -> (?P<new>\S+) \(revision (?P<revision>\d+), "
                    r"loaded=(?P<loaded>\w+)\)")
+_EVENT = re.compile(r"inference_agent\.control\.reconciler: event: (?P<adapter>[^@\s]+)@"
+                    r"(?P<alias>\S+) -> (?P<version>\d+) \(revision")
 _MATERIALIZED = re.compile(r"inference_agent\.node\.materialize: materialized "
                            r"(?P<adapter>[^@\s]+)@(?P<version>\d+) into")
 
@@ -53,20 +55,26 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
                   agent_settings: Mapping[str, str] | None = None,
                   max_model_len: int = 2048, hosts: Sequence[str] = ("a",),
                   model_dir: Path | None = None, max_lora_rank: int = 16,
-                  vllm_env: Mapping[str, str] | None = None) -> Iterator[Testbed]:
+                  vllm_env: Mapping[str, str] | None = None,
+                  sqlite: bool = False) -> Iterator[Testbed]:
     """The testbed, one host (``a``) unless ``hosts`` names more, each with its vLLM and
     agent; needs the vLLM venv (scripts/vllm/install.sh). ``model_dir`` (with ``base/``)
-    replaces the tiny model."""
+    replaces the tiny model. ``sqlite``: the registry on an SQLite file (the embedded
+    default) instead of Postgres."""
     python = ensure_vllm_env()
     model = model_dir or ensure_tiny_model(work / "tiny", python)
     with contextlib.ExitStack() as stack:
         s3, nats = start_s3_and_nats(stack, work)
-        database = PostgresDatabase()
-        asyncio.run(database.create())
-        stack.callback(lambda: asyncio.run(database.drop()))
+        if sqlite:
+            database_url = f"sqlite:///{work / 'registry.sqlite'}"
+        else:
+            database = PostgresDatabase()
+            asyncio.run(database.create())
+            stack.callback(lambda: asyncio.run(database.drop()))
+            database_url = database.url
         settings = {**QUIET_AGENT, **(agent_settings or {})}
         testbed = stack.enter_context(running_testbed(
-            work / "testbed", model_dir=model, vllm_python=python, database_url=database.url,
+            work / "testbed", model_dir=model, vllm_python=python, database_url=database_url,
             nats=nats, s3=s3, hosts=hosts, max_loras=max_loras, max_loaded=max_loaded,
             max_model_len=max_model_len, max_lora_rank=max_lora_rank, vllm_env=vllm_env,
             agent_settings={h: settings for h in hosts}))
@@ -178,15 +186,26 @@ def flips(log_text: str, adapter: str, alias: str = "live") -> list[Flip]:
     return found
 
 
-def materialized(log_text: str, adapter: str) -> dict[int, float]:
-    """version -> when its folder was renamed into the cache (fetch + validate done)."""
+def _first_per_version(log_text: str, adapter: str, pattern: re.Pattern[str]
+                       ) -> dict[int, float]:
+    """version -> the time of the first line matching ``pattern`` for ``adapter``."""
     found: dict[int, float] = {}
     for line in log_text.splitlines():
-        match = _MATERIALIZED.search(line)
+        match = pattern.search(line)
         at = log_time(line)
         if match is not None and at is not None and match["adapter"] == adapter:
             found.setdefault(int(match["version"]), at)
     return found
+
+
+def materialized(log_text: str, adapter: str) -> dict[int, float]:
+    """version -> when its folder was renamed into the cache (fetch + validate done)."""
+    return _first_per_version(log_text, adapter, _MATERIALIZED)
+
+
+def events_received(log_text: str, adapter: str) -> dict[int, float]:
+    """version -> when the agent took in the first alias move to it (its event log line)."""
+    return _first_per_version(log_text, adapter, _EVENT)
 
 
 def desired_reads(log_text: str, adapter: str) -> list[float]:

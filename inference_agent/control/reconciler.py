@@ -33,6 +33,7 @@ from inference_agent.errors import AgentError, RetryableError, TerminalError
 from inference_agent.metrics import AgentMetrics
 from inference_agent.serving.routes import RouteTable
 from loraplane.events import (
+    AdapterUpdated,
     DesiredAdapter,
     DesiredAlias,
     DesiredState,
@@ -150,6 +151,11 @@ class Reconciler:
             self.notify(key)
             return
         self._touch(key)
+        if isinstance(event, AdapterUpdated):
+            # One line per alias move, like the swap's: where a move's time goes starts
+            # here (bench/agent_publish_to_served.py reads it).
+            log.info("event: %s@%s -> %s (revision %d)", event.adapter, event.alias,
+                     event.version, event.revision)
         if self.mirror.apply(event):
             self._queue.add(key)
 

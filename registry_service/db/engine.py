@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -81,8 +81,11 @@ def _unreachable(exc: Exception) -> Unavailable:
 _NOT_IN_REPERTOIRE = "22021"
 
 
-# Set in ``session.info`` by whoever adds an outbox row; read after the commit.
-OUTBOX_FLAG = "outbox_dirty"
+# Set in ``session.info`` by whoever adds an outbox row (the rows, in the order added);
+# handed to the listeners after the commit.
+OUTBOX_FLAG = "outbox_rows"
+
+OutboxListener = Callable[[Sequence[Any]], None]
 
 
 class Database:
@@ -96,18 +99,20 @@ class Database:
         self.sessions = async_sessionmaker(
             self.engine, expire_on_commit=False, sync_session_class=session_class
         )
-        self._outbox_listeners: list[Callable[[], None]] = []
+        self._outbox_listeners: list[OutboxListener] = []
         event.listen(session_class, "after_commit", self._after_commit)
         event.listen(session_class, "after_soft_rollback", self._after_rollback)
 
-    def on_outbox_commit(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` after each commit that wrote outbox rows (wakes the relay)."""
+    def on_outbox_commit(self, listener: OutboxListener) -> None:
+        """Call ``listener`` with the outbox rows of each commit that wrote some, right
+        after it (the relay publishes them at once)."""
         self._outbox_listeners.append(listener)
 
     def _after_commit(self, session: Session) -> None:
-        if session.info.pop(OUTBOX_FLAG, False):
+        rows = session.info.pop(OUTBOX_FLAG, None)
+        if rows:
             for listener in self._outbox_listeners:
-                listener()
+                listener(tuple(rows))
 
     def _after_rollback(self, session: Session, _previous: object) -> None:
         session.info.pop(OUTBOX_FLAG, None)

@@ -16,6 +16,16 @@ duplicate window drop the copy.
 Order: one relay publishes its batch in ``seq`` order and stops at the first failure,
 so no row of a batch goes out before an earlier row of that batch. As before, replicas
 on Postgres publish disjoint batches side by side (agents treat events as hints).
+
+Hand-over (handover.py): a commit in this process hands its rows to the relay
+(``notify``), whose hand-over task publishes them at once: no claim transaction, and no
+wait for a claiming pass in progress, lies between a commit and the agents (measured by
+bench/relay_latency.py). Those rows are not claimed; only rows this process
+committed are handed, and only after their commit, so nothing goes out before it. If
+their publish fails, they are left unpublished and the next pass claims them as any
+other; if this process dies first, another relay or the restarted one does. A replica
+polling at the same moment may publish a handed row too: the ``Nats-Msg-Id`` makes the
+stream keep one copy, as after a lost ack.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import EventBusUnavailable, RegistryError
 from registry_service.events.bus import EventBus
+from registry_service.events.handover import HandOver
 from registry_service.events.models import EventRow
 from registry_service.events.service import event_json
 from registry_service.metrics import RegistryMetrics
@@ -76,7 +87,10 @@ class EventRelay:
     def __init__(
         self, db: Database, nats_url: str, *, settings: RegistrySettings,
         metrics: RegistryMetrics, security: NatsSecurity | None = None,
+        hand_over: bool = True,
     ) -> None:
+        """``hand_over`` False: every row waits for a claiming pass (the design before
+        the hand-over, kept for bench/relay_latency.py to compare against)."""
         self._db = db
         self._url = nats_url
         self._security = security
@@ -87,6 +101,8 @@ class EventRelay:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
+        self._hand_over = HandOver(self._publish_handed, self._wake.set) if hand_over \
+            else None
         self._stopping = asyncio.Event()
         self._failures = 0
         self._passes = 0
@@ -112,9 +128,12 @@ class EventRelay:
         self._loop = asyncio.get_running_loop()
         self._stopping.clear()
         self._task = asyncio.create_task(self._run(), name="event-relay")
+        if self._hand_over is not None:
+            self._hand_over.start()
 
-    def notify(self) -> None:
-        """Wake the loop now (called right after a commit that wrote outbox rows)."""
+    def notify(self, rows: Sequence[EventRow] = ()) -> None:
+        """Wake the loop now, handing it ``rows`` (called right after a commit that
+        wrote them)."""
         loop = self._loop
         if loop is None or self._stopping.is_set():
             return
@@ -123,11 +142,17 @@ class EventRelay:
         except RuntimeError:
             same_loop = False
         if same_loop:
-            self._wake.set()
+            self._take(rows)
             return
         # A commit on another thread; a loop that has closed has no relay left to wake.
         with suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(self._take, rows)
+
+    def _take(self, rows: Sequence[EventRow]) -> None:
+        if self._hand_over is None:
+            self._wake.set()
+        else:
+            self._hand_over.take(rows)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Take no new batch, let the one in flight finish within ``grace_s``, then cancel.
@@ -137,6 +162,8 @@ class EventRelay:
         """
         self._stopping.set()
         self._wake.set()
+        if self._hand_over is not None:
+            await self._hand_over.stop()
         task, self._task = self._task, None
         if task is not None:
             _done, pending = await asyncio.wait({task}, timeout=grace_s)
@@ -190,6 +217,18 @@ class EventRelay:
             raise failure
         return len(rows) == self._settings.relay_batch_size
 
+    async def _publish_handed(self, rows: list[EventRow]) -> bool:
+        """Publish rows a commit handed over, with no claim; False if not all went
+        out (the claiming pass then takes the rest, with its backoff)."""
+        bus = self._bus
+        if bus is None or not bus.is_connected or not self._stream_ready:
+            return False
+        deadline = time.monotonic() + self._settings.relay_claim_lease_s
+        acked, failure = await self._publish_rows(bus, rows, deadline)
+        await self._record(acked, rows)
+        self._metrics.events_published.inc(len(acked))
+        return failure is None
+
     async def _ready_bus(self) -> EventBus:
         if self._bus is not None and self._bus.is_closed:
             self._bus = None
@@ -218,6 +257,9 @@ class EventRelay:
             .order_by(EventRow.seq)
             .limit(self._settings.relay_batch_size)
         )
+        busy = self._hand_over.busy() if self._hand_over is not None else set()
+        if busy:
+            query = query.where(EventRow.seq.not_in(busy))
         if self._db.is_postgres:
             # Rows another replica is claiming right now are skipped, not waited for.
             # SQLite needs nothing: every transaction there starts with BEGIN IMMEDIATE.
@@ -225,6 +267,9 @@ class EventRelay:
         until = now + timedelta(seconds=self._settings.relay_claim_lease_s)
         async with self._db.session() as session:
             rows = list(await session.scalars(query))
+            if self._hand_over is not None:
+                # A commit may have handed some over since the query was built.
+                rows = self._hand_over.claim(rows)
             for row in rows:
                 row.claimed_by, row.claimed_until = self.identity, until
             await session.commit()

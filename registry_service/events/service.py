@@ -57,7 +57,7 @@ def record_event(session: AsyncSession, event: Event, *, actor: str) -> EventRow
         actor=actor, created_at=event.time,
     )
     session.add(row)
-    session.info[OUTBOX_FLAG] = True
+    session.info.setdefault(OUTBOX_FLAG, []).append(row)
     return row
 
 

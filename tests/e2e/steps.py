@@ -17,6 +17,7 @@ import httpx
 
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
 from devharness.tcp_pause import HELD_PROMPT, PausableTcpProxy
+from devharness.testbed import Testbed
 from devharness.waiting import Unexpected, eventually
 from loraplane.api import AgentOut
 from loraplane.client import AsyncRegistryClient
@@ -92,6 +93,17 @@ async def publish(api: AsyncRegistryClient, name: str, folder: Path, **kwargs: A
 async def new_adapter(api: AsyncRegistryClient, name: str, folder: Path) -> int:
     await api.create_adapter(name, "tiny-llama", tenant="e2e")
     return await publish(api, name, folder)
+
+
+def delete_adapter(testbed: Testbed, name: str) -> None:
+    """Delete ``name`` with the admin token (a benchmark's adapter, after its short run)."""
+
+    async def delete() -> None:
+        async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
+                                       timeout_s=60) as api:
+            await api.delete_adapter(name)
+
+    asyncio.run(delete())
 
 
 async def agent_report(api: AsyncRegistryClient, agent_id: str) -> AgentOut | None:

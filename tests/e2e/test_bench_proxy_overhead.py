@@ -7,7 +7,6 @@ loaded, and the numbers are the benchmark's to record (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,9 @@ import pytest
 from bench.agent_proxy_overhead import Names, parse_args, run_on
 from bench.proxy_stats import render
 from devharness.testbed import Testbed
-from loraplane.client import AsyncRegistryClient
+from tests.e2e.steps import delete_adapter
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
-
-
-async def _delete(testbed: Testbed, adapter: str) -> None:
-    async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
-                                   timeout_s=60) as api:
-        await api.delete_adapter(adapter)
 
 
 def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: str,
@@ -35,7 +28,7 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
     try:
         document = run_on(testbed, args, tmp_path, names)
     finally:
-        asyncio.run(_delete(testbed, names.adapter))
+        delete_adapter(testbed, names.adapter)
     rows = document["rows"]
     paths = {row["target"] for row in rows}
     assert paths == {"agent", "agent (rule)", f"agent@{document['commit']['commit'][:10]}"}
