@@ -18,6 +18,11 @@ from registry_service.errors import RegistryError
 from registry_service.memory import return_large_buffers_to_the_os
 from registry_service.settings import RegistrySettings
 
+# Longer than the idle time after which loraplane's clients drop a kept-alive
+# connection (loraplane/client/_core.py: KEEPALIVE_EXPIRY_S), so the client, not the
+# server, always closes an idle one and never sends on a connection being closed.
+KEEP_ALIVE_S = 65
+
 
 class StartupFailed(RegistryError):
     """The server stopped during start-up; the message holds the reason uvicorn logged."""
@@ -100,6 +105,7 @@ def run_server(settings: RegistrySettings) -> None:
         port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     failure = StartupFailure(condense=settings.log_level != "debug")
     logging.getLogger("uvicorn.error").addFilter(failure)

@@ -37,6 +37,11 @@ DEFAULT_TIMEOUT_S = 30.0
 # The registry answers an upload only after it has hashed, validated and stored every byte.
 UPLOAD_READ_TIMEOUT_S = 600.0
 DOWNLOAD_CHUNK = 1024 * 1024
+# An idle kept-alive connection is dropped by the client before the registry closes it
+# (registry_service/server.py: KEEP_ALIVE_S). httpx's default (5 s) equals uvicorn's,
+# so a request sent on a connection the server was closing at that moment failed with
+# "Server disconnected" (seen as an agent's fetch retried after its queue's backoff).
+KEEPALIVE_EXPIRY_S = 15.0
 
 
 def path(*segments: str | int) -> str:
@@ -98,7 +103,8 @@ class ClientConfig:
 
     def http_options(self) -> dict[str, Any]:
         return {"base_url": self.base_url, "headers": self.headers,
-                "timeout": httpx.Timeout(self.timeout_s)}
+                "timeout": httpx.Timeout(self.timeout_s),
+                "limits": httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)}
 
     def timeout(self, call: Call[Any]) -> httpx.Timeout | None:
         if not call.upload:
