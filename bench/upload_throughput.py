@@ -230,13 +230,22 @@ def services(work: Path, db_kind: str) -> Iterator[Services]:
         yield Services(s3.endpoint_url, s3.access_key, s3.secret_key, nats.url, url)
 
 
+def migrate_first(database_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LORAPLANE_")}
+    subprocess.run([sys.executable, "-m", "loraplane_cli", "registry", "migrate",
+                    "--database-url", database_url], env=env, cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL, timeout=300)
+
+
 @contextmanager
 def registry_process(work: Path, svc: Services, size_bytes: int,
-                     parts_in_flight: int) -> Iterator[Registry]:
+                     parts_in_flight: int, part_mb: int) -> Iterator[Registry]:
     limit = max(2 * 1024**3, size_bytes + 64 * MIB)
+    migrate_first(svc.database_url)
     with running_registry(work / "registry", {
         "LORAPLANE_DATABASE_URL": svc.database_url,
-        "LORAPLANE_AUTO_MIGRATE": "true",
+        # Migrated beforehand, as a shared database is: the server never imports Alembic.
+        "LORAPLANE_AUTO_MIGRATE": "false",
         "LORAPLANE_S3_ENDPOINT": svc.s3_endpoint,
         "LORAPLANE_S3_BUCKET": BUCKET,
         "LORAPLANE_S3_ACCESS_KEY": svc.access_key,
@@ -248,6 +257,7 @@ def registry_process(work: Path, svc: Services, size_bytes: int,
         "LORAPLANE_MAX_FILE_BYTES": str(limit),
         "LORAPLANE_MAX_UPLOAD_BYTES": str(2 * limit),
         "LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT": str(parts_in_flight),
+        "LORAPLANE_S3_STREAM_PART_MB": str(part_mb),
     }) as registry:
         yield registry
 
@@ -502,6 +512,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--parts-in-flight", type=int, default=2,
                         help="the registry's LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT (default 2)")
+    parser.add_argument("--part-mb", type=int, default=5,
+                        help="the registry's LORAPLANE_S3_STREAM_PART_MB (default 5)")
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
                         help="after the timed runs, profile one more registry upload with "
                              "py-spy (pip install py-spy) and write its raw stacks to FILE")
@@ -525,8 +537,8 @@ def run_uploads(args: argparse.Namespace, work: Path, adapter: Path) -> tuple[
     kinds = [RAW, DECLARED, *([UNDECLARED] if args.undeclared else [])]
     samples: list[Sample] = []
     profiled: Sample | None = None
-    with services(work, args.db) as svc, registry_process(work, svc, size,
-                                                                args.parts_in_flight) as registry:
+    with services(work, args.db) as svc, registry_process(
+            work, svc, size, args.parts_in_flight, args.part_mb) as registry:
         _s3_client(svc).create_bucket(Bucket="bench-raw")
         for run in range(1, args.repeat + 1):
             shift = (run - 1) % len(kinds)
@@ -585,6 +597,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             summary["profiled_run"] = asdict(profiled)
         document = {"benchmark": "upload_throughput", "db": args.db, "commit": commit,
                     "machine": machine, "parts_in_flight": args.parts_in_flight,
+                    "part_mb": args.part_mb,
                     "adapter": {"layers": layers, "rank": RANK, "dtype": "float32",
                                 "safetensors_bytes": size, "total_bytes": total},
                     "summary": summary, "samples": [asdict(s) for s in samples]}

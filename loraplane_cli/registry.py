@@ -118,10 +118,13 @@ def serve_command(state: CliState, /, **options: Any) -> None:
 
     Every setting can also be given as LORAPLANE_<SETTING> (LORAPLANE_DATABASE_URL, ...).
     """
+    from registry_service.memory import import_nats_without_websockets  # noqa: PLC0415
+
+    settings = load_settings(state, options)
+    import_nats_without_websockets(settings.nats_url)
     # Imports the whole registry (seconds); only the two server commands pay for it.
     from registry_service import server  # noqa: PLC0415
 
-    settings = load_settings(state, options)
     setup: dict[str, str] = server.describe_setup(settings)
     out = state.output
 

@@ -129,25 +129,52 @@ class _FileSink:
         self._digest = hashlib.sha256()
         self._pending: list[bytes] = []
         self.pending_bytes = 0
+        # What ``take`` handed to the next ``flush``: its pieces, and whether they end it.
+        self._batch: tuple[list[bytes], int, bool] = ([], 0, False)
+        # Reused by every flush: a fresh buffer of a MiB per flush is an mmap, page faults
+        # and a munmap each time (malloc's threshold is fixed, registry_service/memory.py),
+        # which cost more CPU than hashing the same bytes.
+        self._scratch = bytearray()
 
     def add(self, chunk: bytes) -> None:
         self._pending.append(chunk)
         self.pending_bytes += len(chunk)
         self.size += len(chunk)
 
+    def take(self) -> None:
+        """In the event loop: the pending pieces become the next ``flush``'s, so that new
+        pieces can arrive while a thread flushes these."""
+        self._batch = (self._pending, self.pending_bytes, self.finished)
+        self._pending, self.pending_bytes = [], 0
+
     def flush(self) -> None:
         """Runs in a thread: hashing and file writes release the GIL."""
-        data, self._pending, self.pending_bytes = b"".join(self._pending), [], 0
+        pieces, size, last = self._batch
+        self._batch = ([], 0, False)
+        data = self._gathered(pieces, size)
         self._digest.update(data)
         self._consume(data)
-        if self.finished:
+        if last:
             self.close()
 
-    def _consume(self, data: bytes) -> None:
+    def _gathered(self, pieces: list[bytes], size: int) -> bytes | memoryview:
+        """The pieces as one buffer, valid until the next flush."""
+        if len(pieces) == 1:
+            return pieces[0]
+        if len(self._scratch) < size:
+            self._scratch = bytearray(size)
+        position = 0
+        for piece in pieces:
+            self._scratch[position:position + len(piece)] = piece
+            position += len(piece)
+        return memoryview(self._scratch)[:size]
+
+    def _consume(self, data: bytes | memoryview) -> None:
         assert self._handle is not None
         self._handle.write(data)
 
     def close(self) -> None:
+        self._scratch = bytearray()
         if self._handle is not None:
             self._handle.close()
 
@@ -166,7 +193,7 @@ class _StreamSink(_FileSink):
         self.check = SafetensorsStream(max_header_bytes=max_header_bytes)
         self.writer: BlobWriter | None = None
 
-    def _consume(self, data: bytes) -> None:
+    def _consume(self, data: bytes | memoryview) -> None:
         self.check.feed(data)
         # A file that will be refused is only counted from here on: S3 is spared it.
         if not self.check.failed:
@@ -193,6 +220,28 @@ class _Receiver:
         self._field: str | None = None
         self._field_value = bytearray()
         self._file: _FileSink | None = None
+        # The flush a thread is doing; ``run_in_executor`` submits at once, so it always
+        # runs to its end, even when whoever awaited it was cancelled.
+        self.flushing: asyncio.Future[None] | None = None
+
+    async def wait_flushed(self) -> None:
+        """Wait for the flush on its way, and raise what it raised."""
+        if self.flushing is not None:
+            await asyncio.shield(self.flushing)
+            self.flushing = None
+
+    def start_flush(self, sinks: list[_FileSink]) -> None:
+        for sink in sinks:
+            sink.take()
+        self.flushing = asyncio.get_running_loop().run_in_executor(None, _flush_all, sinks)
+
+    async def settle(self) -> None:
+        """After a failure: no thread may still write when the streams are aborted."""
+        flushing, self.flushing = self.flushing, None
+        if flushing is not None:
+            await asyncio.wait([flushing])
+            if not flushing.cancelled():
+                flushing.exception()  # the failure being handled is the one reported
 
     def callbacks(self) -> dict[str, object]:
         return {
@@ -326,6 +375,7 @@ async def receive_upload(body: UploadBody, staging: Path, limits: UploadLimits, 
     try:
         await _read_body(body, boundary, receiver, limits, on_bytes)
     except BaseException:
+        await receiver.settle()
         receiver.close()
         await ReceivedUpload(streams=receiver.streams()).abort_streams()
         raise
@@ -352,6 +402,7 @@ async def _read_body(body: UploadBody, boundary: bytes, receiver: _Receiver,
             await _flush(receiver)
         parser.finalize()
         await _flush(receiver, everything=True)
+        await receiver.wait_flushed()
     except MultipartParseError as exc:
         raise BadRequest("the multipart body is malformed", code="malformed_multipart",
                          detail={"reason": str(exc)[:200]}) from exc
@@ -360,11 +411,22 @@ async def _read_body(body: UploadBody, boundary: bytes, receiver: _Receiver,
 
 
 async def _flush(receiver: _Receiver, *, everything: bool = False) -> None:
+    """Hand full buffers to a thread, which works on them while the next bytes are read.
+
+    One flush at a time: the next waits for the last, so at most two batches are held."""
     for streamed in receiver.unopened():
         assert receiver.stream is not None
         streamed.writer = await receiver.stream.open_writer(streamed.declared)
-    for sink in receiver.due(everything=everything):
-        await asyncio.to_thread(sink.flush)
+    due = receiver.due(everything=everything)
+    if not due:
+        return
+    await receiver.wait_flushed()
+    receiver.start_flush(due)
+
+
+def _flush_all(sinks: list[_FileSink]) -> None:
+    for sink in sinks:
+        sink.flush()
 
 
 def _upload_too_large(limits: UploadLimits) -> PayloadTooLarge:

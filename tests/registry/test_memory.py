@@ -38,3 +38,29 @@ def test_buffers_of_a_few_mib_stay_off_the_heap() -> None:
     fixed = _probe("fixed")
     assert fixed["fixed"] is True
     assert isinstance(fixed["mmapped_growth"], int) and fixed["mmapped_growth"] >= 4 * 1024**2
+
+
+_IMPORTS = """
+import json, sys
+from registry_service.memory import import_nats_without_websockets
+import_nats_without_websockets(sys.argv[1])
+import registry_service.server
+import nats.aio.transport
+print(json.dumps({"aiohttp": "aiohttp" in sys.modules, "alembic": "alembic" in sys.modules,
+                  "websocket": nats.aio.transport.aiohttp is not None}))
+"""
+
+
+def _imported(nats_url: str) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", _IMPORTS, nats_url], capture_output=True,
+                          text=True, check=True, timeout=120)
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_the_server_leaves_out_what_it_does_not_use() -> None:
+    # Alembic until a migration runs, aiohttp unless NATS is reached by WebSocket: ~19 MiB.
+    assert _imported("nats://127.0.0.1:4222") == {"aiohttp": False, "alembic": False,
+                                                  "websocket": False}
+    assert _imported("ws://127.0.0.1:8080") == {"aiohttp": True, "alembic": False,
+                                                "websocket": True}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from click.testing import CliRunner
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
@@ -82,8 +83,17 @@ async def schema_diff(db: Database) -> list[Any]:
         return await conn.run_sync(_schema_diff)
 
 
+def _alembic_current(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
 async def assert_at_head(db: Database) -> None:
     assert await migrate.current_revision(db) == migrate.head_revision()
+    # The registry reads both without Alembic; Alembic must agree.
+    alembic_head = ScriptDirectory.from_config(migrate.alembic_config("sqlite://"))
+    assert migrate.head_revision() == alembic_head.get_current_head()
+    async with db.engine.connect() as conn:
+        assert await conn.run_sync(_alembic_current) == migrate.head_revision()
     assert await tables(db) >= APP_TABLES
     diff = await schema_diff(db)
     assert diff == [], f"the migrations and the models disagree: {diff}"
