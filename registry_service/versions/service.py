@@ -39,13 +39,13 @@ from registry_service.versions.staging import (
     staging_area,
 )
 from registry_service.versions.upload import (
-    ReceivedFile,
     StreamedFile,
     StreamTarget,
     UploadBody,
     UploadLimits,
     receive_upload,
 )
+from registry_service.versions.upload_sinks import ReceivedFile
 
 log = logging.getLogger(__name__)
 

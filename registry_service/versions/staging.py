@@ -27,7 +27,8 @@ from loraplane.lora.validate import (
 )
 from registry_service.errors import InsufficientStorage, InvalidInput, LocalStorageError
 from registry_service.settings import RegistrySettings
-from registry_service.versions.upload import ReceivedFile, ReceivedUpload
+from registry_service.versions.upload import ReceivedUpload
+from registry_service.versions.upload_sinks import ReceivedFile
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from devharness.registry import RegistryHarness
 from devharness.uploads import adapter_parts, count_rows, staging_leftovers, upload
 from registry_service.db.engine import Database
 from registry_service.errors import Unavailable
-from registry_service.versions import upload as upload_module
+from registry_service.versions import upload_sinks
 
 
 def _no_server_path(registry: RegistryHarness, body: str) -> None:
@@ -45,7 +45,7 @@ async def test_a_full_disk_is_507_not_a_database_outage(
     def full(self: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", where)
 
-    monkeypatch.setattr(upload_module._FileSink, "flush", full)
+    monkeypatch.setattr(upload_sinks.FileSink, "flush", full)
     response = await upload(registry, "bot", adapter_parts(make_adapter(tmp_path / "a", seed=1)))
     assert response.status_code == 507, response.text
     error = response.json()["error"]
@@ -65,7 +65,7 @@ async def test_another_local_error_is_a_500_without_its_path(
     def broken(self: object) -> None:
         raise OSError(errno.EIO, "Input/output error", where)
 
-    monkeypatch.setattr(upload_module._FileSink, "flush", broken)
+    monkeypatch.setattr(upload_sinks.FileSink, "flush", broken)
     response = await upload(registry, "bot", adapter_parts(make_adapter(tmp_path / "a", seed=1)))
     assert response.status_code == 500, response.text
     assert response.json()["error"]["code"] == "local_storage_error"
