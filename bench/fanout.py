@@ -303,11 +303,11 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
             last = max(steps)
             fleet.make_tokens([*(f"agent-{i:03d}" for i in range(last)),
                                *(f"joined-{i:03d}" for i in range(last, last + change))])
-            for size in steps:
+            for step, size in enumerate(steps):
                 fleet.add_agents(size - len(fleet.agents))
                 await _settled(fleet, assignment(fleet.live(), setting), versions)
                 push = await push_once(fleet, api, adapter_folder(work, size),
-                                       profile if size == last else 0)
+                                       profile if step == len(steps) - 1 else 0)
                 versions[PUSHED] = push.version
                 result["pushes"].append(push.row())
                 print(json.dumps(push.row()), flush=True)
@@ -326,7 +326,8 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="fan-out to many agents")
     parser.add_argument("--steps", default="25,50,100",
-                        help="fleet sizes to push at, comma-separated, growing")
+                        help="fleet sizes to push at, comma-separated, not shrinking (a size "
+                             "repeated pushes again at that size)")
     parser.add_argument("--placed", type=int, default=100, help="adapters with a placement")
     parser.add_argument("--replicas", type=int, default=2, help="replicas of each of them")
     parser.add_argument("--change", type=int, default=10, help="agents stopped, then started")
