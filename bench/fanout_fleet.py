@@ -128,7 +128,9 @@ class Fleet:
             started.append(agent_id)
         for agent_id in started:
             agent = self.agents[agent_id]
-            agent.process.wait_ready(http_probe(f"{agent.url}/readyz"), 600, interval_s=0.5)
+            # Each new agent reads and fetches every adapter at start: a hundred at once
+            # on a shared 2-core machine took over 600 s.
+            agent.process.wait_ready(http_probe(f"{agent.url}/readyz"), 1800, interval_s=0.5)
         return started
 
     def port_of(self, agent_id: str) -> int:
