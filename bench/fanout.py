@@ -306,7 +306,8 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
             for step, size in enumerate(steps):
                 fleet.add_agents(size - len(fleet.agents))
                 await _settled(fleet, assignment(fleet.live(), setting), versions)
-                push = await push_once(fleet, api, adapter_folder(work, size),
+                # A new seed per push: the same bytes again would be the same version.
+                push = await push_once(fleet, api, adapter_folder(work, 1000 + step),
                                        profile if step == len(steps) - 1 else 0)
                 versions[PUSHED] = push.version
                 result["pushes"].append(push.row())
