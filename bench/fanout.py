@@ -6,8 +6,10 @@ real ``loraplane agent`` processes, and one **stand-in for vLLM**
 (``devharness/vllm_standin.py``: only list, load and unload, no model) with one port
 per agent. Agents start in steps (``--steps 25,50,100``); at each size:
 
-- **Push:** a new version of ``fanout-all`` (placed on every agent: replicas 1000) is
-  uploaded with ``live``. Per agent, from the push being sent: when the stand-in
+- **Push:** a routing rule is changed (``customer`` ``c<size>`` -> ``fanout-all``; its
+  event carries the change, so no agent re-reads the rules), then a new version of
+  ``fanout-all`` (placed on every agent: replicas 1000) is uploaded with ``live``.
+  Per agent, from the push being sent: when the stand-in
   answered the agent's load of the new version (``loaded``), and when the registry
   received the agent's report listing it loaded (``reported``: the row's
   ``last_seen_at``, read from the database, so watching costs the registry nothing).
@@ -22,6 +24,10 @@ the placement implies (every adapter an agent newly owns is loaded once; nothing
 unloading), once every live agent has its owned adapters loaded and has reported them.
 
     .venv/bin/python -m bench.fanout --steps 25,50,100 --placed 100 --replicas 2 --change 10
+
+Last, **the floor** (``bench/fanout_floor.py``): as many bare processes as the largest
+fleet, each receiving one NATS message and making one HTTP request, timed the same way:
+what this machine takes to wake that many processes at all.
 
 ``tests/bench/test_fanout.py`` runs a small version (8 agents) in CI.
 """
@@ -39,8 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import cpu_seconds, machine_summary, percentile
+from bench.common import cpu_seconds, git_commit, machine_summary, percentile
 from bench.fanout_fleet import BASE_MODEL, Fleet, agent_reports, requests_by_route, running_fleet
+from bench.fanout_floor import measure as floor
+from bench.fanout_profile import inclusive, profiled
 from devharness.adapters import make_adapter
 from devharness.testbed import metric
 from devharness.waiting import eventually
@@ -51,6 +59,8 @@ PUSHED = "fanout-all"
 EVERY_AGENT = 1000  # replicas above any fleet here: every agent owns it
 TENANT = "bench"
 SETTLE_TIMEOUT_S = 900.0
+FILES_ROUTE = "GET /v1/adapters/{name}/versions/{version}/files/{filename}"
+STATUS_ROUTE = "POST /v1/agents/{agent_id}/status"
 
 
 def adapter_folder(work: Path, seed: int) -> Path:
@@ -68,6 +78,8 @@ class PushResult:
     registry_cpu_s: float
     events_published: float
     requests: dict[str, float]
+    fetches: dict[str, float]
+    profile: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
         return {"agents": self.agents, "push_answered_ms": round(self.answered_s * 1000, 1),
@@ -79,7 +91,10 @@ class PushResult:
                 "registry_cpu_s": round(self.registry_cpu_s, 3),
                 "events_published": self.events_published,
                 "desired_reads": self.requests.get("GET /v1/desired", 0.0),
-                "requests": self.requests}
+                "file_requests": self.requests.get(FILES_ROUTE, 0.0),
+                "status_reports": self.requests.get(STATUS_ROUTE, 0.0),
+                "agent_file_fetches": self.fetches,
+                "requests": self.requests, "agent_profile": self.profile}
 
 
 def _delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
@@ -102,12 +117,27 @@ async def _reported(fleet: Fleet, agents: Sequence[str], name: str) -> dict[str,
     return seen
 
 
-async def push_once(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushResult:
+async def push_once(fleet: Fleet, api: AsyncRegistryClient, folder: Path,
+                    profile: int = 0) -> PushResult:
+    """One push; with ``profile``, py-spy on that many agents through it."""
+    pids = [p for a in fleet.live()[:profile] if (p := fleet.agents[a].process.pid)]
+    with profiled(pids, fleet.work / "profiles") as outputs:
+        result = await _push(fleet, api, folder)
+    if profile:
+        result.profile = inclusive(outputs)
+    return result
+
+
+async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushResult:
     agents = fleet.live()
     ports = {fleet.port_of(a): a for a in agents}
     mark = len(fleet.standin.state()["calls"])
     metrics_before = fleet.registry.metrics()
+    fetches_before = await fleet.agent_fetches()
     cpu_before = cpu_seconds(fleet.registry_pid()) or 0.0
+    # In the window: its event reaches every agent before the push's do, so every
+    # agent has acted on it once all have reported the push.
+    await api.put_route("customer", f"c{len(agents)}", PUSHED, tenant=TENANT)
     sent = time.time()
     pushed = await api.push(PUSHED, folder)
     answered = time.time() - sent
@@ -122,9 +152,10 @@ async def push_once(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> Pus
     requests["GET /metrics"] = requests.get("GET /metrics", 1.0) - 1  # the bench's own
     events = metric(metrics_after, "loraplane_registry_events_published_total") - \
         metric(metrics_before, "loraplane_registry_events_published_total")
+    fetches = _delta(await fleet.agent_fetches(), fetches_before)
     return PushResult(len(agents), pushed.version, answered,
                       [loads[a] - sent for a in agents],
-                      [reported[a] - sent for a in agents], cpu, events, requests)
+                      [reported[a] - sent for a in agents], cpu, events, requests, fetches)
 
 
 # --- the fleet change --------------------------------------------------------------------
@@ -260,8 +291,9 @@ async def _prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: i
 
 
 async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
-              change: int) -> dict[str, Any]:
-    result: dict[str, Any] = {"machine": machine_summary(), "steps": list(steps),
+              change: int, floor_rounds: int = 5, profile: int = 0) -> dict[str, Any]:
+    result: dict[str, Any] = {"machine": machine_summary(), **git_commit(),
+                              "steps": list(steps),
                               "placed": placed, "replicas": replicas, "change": change,
                               "pushes": []}
     async with running_fleet(work, ports=max(steps) + change) as fleet:
@@ -271,10 +303,12 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
             last = max(steps)
             fleet.make_tokens([*(f"agent-{i:03d}" for i in range(last)),
                                *(f"joined-{i:03d}" for i in range(last, last + change))])
-            for size in steps:
+            for step, size in enumerate(steps):
                 fleet.add_agents(size - len(fleet.agents))
                 await _settled(fleet, assignment(fleet.live(), setting), versions)
-                push = await push_once(fleet, api, adapter_folder(work, size))
+                # A new seed per push: the same bytes again would be the same version.
+                push = await push_once(fleet, api, adapter_folder(work, 1000 + step),
+                                       profile if step == len(steps) - 1 else 0)
                 versions[PUSHED] = push.version
                 result["pushes"].append(push.row())
                 print(json.dumps(push.row()), flush=True)
@@ -282,16 +316,26 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
             print(json.dumps(result["fleet_change"]), flush=True)
         finally:
             await api.aclose()
+    if floor_rounds:
+        # After the fleet stopped: as many bare processes as the largest fleet.
+        result["floor"] = await floor(work / "floor", processes=max(steps),
+                                      rounds=floor_rounds)
+        print(json.dumps(result["floor"]), flush=True)
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="fan-out to many agents")
     parser.add_argument("--steps", default="25,50,100",
-                        help="fleet sizes to push at, comma-separated, growing")
+                        help="fleet sizes to push at, comma-separated, not shrinking (a size "
+                             "repeated pushes again at that size)")
     parser.add_argument("--placed", type=int, default=100, help="adapters with a placement")
     parser.add_argument("--replicas", type=int, default=2, help="replicas of each of them")
     parser.add_argument("--change", type=int, default=10, help="agents stopped, then started")
+    parser.add_argument("--floor-rounds", type=int, default=5,
+                        help="rounds of the floor measurement (0: none)")
+    parser.add_argument("--py-spy", dest="profile", type=int, default=0, metavar="N",
+                        help="profile N agents with py-spy through the last push")
     parser.add_argument("--work-dir", type=Path)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -300,7 +344,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="fanout-", dir=args.work_dir) as tmp:
         result = asyncio.run(run(Path(tmp), steps=steps, placed=args.placed,
-                                 replicas=args.replicas, change=args.change))
+                                 replicas=args.replicas, change=args.change,
+                                 floor_rounds=args.floor_rounds, profile=args.profile))
     result["machine_end"] = machine_summary()
     text = json.dumps(result, indent=2, default=str)
     if args.json_out is not None:

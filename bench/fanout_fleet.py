@@ -35,8 +35,11 @@ BASE_MODEL = "tiny-llama"
 # measurement (a hundred agents' heartbeats would be most of the registry's load).
 # The inference credentials are re-read on their events; the 5 s poll (every agent's,
 # 20 requests a second at 100 agents) would hide the cost of one push.
+# A report waits for the whole swap however busy the machine (the default bound is
+# 5 s), so each agent reports one push once and the bench can count it.
 AGENT_SETTINGS = {"resync_interval_s": "3600", "heartbeat_interval_s": "600",
-                  "vllm_metrics_interval_s": "60", "credentials_refresh_s": "600"}
+                  "vllm_metrics_interval_s": "60", "credentials_refresh_s": "600",
+                  "status_settle_max_s": "600"}
 # Above twice the heartbeat, as the README asks: no agent goes stale while it runs.
 STALE_AFTER_S = 1800.0
 # What one idle agent holds (measured: 80-84 MB RSS), with a margin, and what the
@@ -125,7 +128,9 @@ class Fleet:
             started.append(agent_id)
         for agent_id in started:
             agent = self.agents[agent_id]
-            agent.process.wait_ready(http_probe(f"{agent.url}/readyz"), 600, interval_s=0.5)
+            # Each new agent reads and fetches every adapter at start: a hundred at once
+            # on a shared 2-core machine took over 600 s.
+            agent.process.wait_ready(http_probe(f"{agent.url}/readyz"), 1800, interval_s=0.5)
         return started
 
     def port_of(self, agent_id: str) -> int:
@@ -147,6 +152,20 @@ class Fleet:
     def live(self) -> list[str]:
         return sorted(self.agents)
 
+    async def agent_fetches(self) -> dict[str, float]:
+        """``source/result`` -> files the live agents fetched, from their ``/metrics``."""
+        found: dict[str, float] = {}
+        async with httpx.AsyncClient(timeout=60) as client:
+            for agent in self.agents.values():
+                response = await client.get(f"{agent.url}/metrics")
+                response.raise_for_status()
+                for family in text_string_to_metric_families(response.text):
+                    for sample in family.samples:
+                        if sample.name == "loraplane_agent_file_fetches_total":
+                            key = f"{sample.labels['source']}/{sample.labels['result']}"
+                            found[key] = found.get(key, 0.0) + sample.value
+        return found
+
     def registry_pid(self) -> int:
         pid = self.registry.process.pid
         assert pid is not None
@@ -163,7 +182,10 @@ async def running_fleet(work: Path, *, ports: int,
         stack.push_async_callback(database.drop)
         registry = RegistryProcess(work / "registry", database_url=database.url,
                                    nats_url=nats.url, blobs=S3Bucket(s3, "fanout"),
-                                   settings={"agent_stale_after_s": str(stale_after_s)})
+                                   settings={"agent_stale_after_s": str(stale_after_s),
+                                             # The bench's NATS takes no credentials,
+                                             # so "auto" would leave them out.
+                                             "event_file_urls": "on"})
         registry.migrate()
         stack.callback(registry.stop)
         registry.start()

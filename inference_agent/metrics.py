@@ -105,6 +105,11 @@ class AgentMetrics:
         self.bytes_downloaded = Counter("loraplane_agent_downloaded_bytes",
                                         "Adapter bytes downloaded from the registry",
                                         registry=r)
+        self.file_fetches = Counter("loraplane_agent_file_fetches",
+                                    "Files fetched, by source (direct: the blob store with "
+                                    "an event's presigned URL; registry: its file path) and "
+                                    "result (ok, or why a direct fetch fell back)",
+                                    ["source", "result"], registry=r)
         self.swaps = Counter("loraplane_agent_swaps", "Alias moves applied, by outcome",
                              ["adapter", "outcome"], registry=r)
         self.swap_seconds = Histogram("loraplane_agent_swap_seconds",
@@ -125,6 +130,9 @@ class AgentMetrics:
                                     "Adapters this agent owns by placement: kept_hot "
                                     "(pinned), over_capacity (no slot left to pin them; "
                                     "loaded on demand)", ["state"], registry=r)
+
+    def count_fetch(self, source: str, result: str) -> None:
+        self.file_fetches.labels(source=source, result=result).inc()
 
     def count_failure(self, adapter: str, exc: AgentError) -> None:
         """Count ``exc`` in ``failures_total{adapter,code}``, once per exception."""

@@ -120,7 +120,8 @@ class Agent:
         self.vllm = VllmClient(s.vllm_url)
         self.registry = (RegistryLink(s.registry, s.token.get_secret_value())
                          if s.registry is not None and s.token is not None else None)
-        fetch = (self.registry.fetcher(on_bytes=self.metrics.bytes_downloaded.inc)
+        fetch = (self.registry.fetcher(on_bytes=self.metrics.bytes_downloaded.inc,
+                                       on_fetch=self.metrics.count_fetch)
                  if self.registry is not None else None)
         self.materializer = Materializer(
             s.cache_dir, max_bytes=s.cache_max_bytes, fetch=fetch, base_shapes=shapes,
@@ -181,7 +182,9 @@ class Agent:
                               cache=self.cache, swapper=self.swapper, sources=[self.reconciler],
                               post=self.registry.post_status,
                               heartbeat_interval_s=self.settings.heartbeat_interval_s,
-                              disk=self.materializer, owned=self.reconciler.placement)
+                              disk=self.materializer, owned=self.reconciler.placement,
+                              settling=self.swapper.settling,
+                              settle_max_s=self.settings.status_settle_max_s)
 
     def _event_key(self, key: str) -> None:
         """A key the event stream asks for: credentials go to their refresher; a full

@@ -64,6 +64,9 @@ class AgentSettings(BaseSettings, NatsSettings):
     drain_timeout_s: float = Field(default=300.0, gt=0)
     resync_interval_s: float = Field(default=30.0, gt=0)
     heartbeat_interval_s: float = Field(default=30.0, gt=0)
+    # How long a status report waits for a move or an idle drain under way, so that one
+    # push is one report (see node/status.py); the fleet view lags by at most this.
+    status_settle_max_s: float = Field(default=5.0, ge=0, le=600)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     vllm_ready_timeout_s: float = Field(default=600.0, gt=0)
     # The oldest copy of vLLM's queue and KV-cache series a scrape of the agent is

@@ -35,6 +35,12 @@ class FileRef(_Frozen):
     sha256: str
     # Path on the registry, e.g. /v1/adapters/a/versions/3/files/adapter_config.json.
     url: str
+    # A presigned GET URL of the blob store, added by the registry's relay as it
+    # publishes (never stored with the event): the agent fetches the bytes straight
+    # from the store and falls back to ``url`` when it is missing or refused (expired).
+    # It is a credential for one blob until it expires, so it is never dumped or
+    # printed: ``exclude`` keeps it out of every ``model_dump``, ``repr`` out of logs.
+    direct_url: str | None = Field(default=None, exclude=True, repr=False)
 
 
 class VersionRef(_Frozen):
@@ -133,12 +139,18 @@ class RouteRule(_Frozen):
 
 
 class RouteChanged(_EventBase):
-    """A routing rule changed; ``rule`` is None when it was removed."""
+    """A routing rule changed; ``rule`` is None when it was removed.
+
+    ``route_revision`` numbers the rule changes of ``tenant`` without gaps (1, 2, ...):
+    an agent that holds revision r of the tenant's rules applies the event in place
+    when it is r + 1, ignores it when it is at most r, and re-reads the rules on a gap.
+    None (an older registry): the agent re-reads them."""
 
     type: Literal["route_changed"] = "route_changed"
     kind: RouteKind
     key: str
     rule: RouteRule | None
+    route_revision: int | None = None
 
 
 class CredentialsChanged(_EventBase):
@@ -228,6 +240,9 @@ class DesiredState(_Frozen):
     # The live agents of this base model (fresh reports): the fleet placement is
     # computed over. An older registry sends none; the agent then counts only itself.
     agents: list[str] = Field(default_factory=list)
+    # tenant -> the revision of its routing rules this snapshot holds (see
+    # ``RouteChanged.route_revision``); read before the rules. None: an older registry.
+    route_revisions: dict[str, int] | None = None
 
 
 ServeState = Literal["serving", "loading", "failed", "draining"]

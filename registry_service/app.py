@@ -31,6 +31,7 @@ from registry_service.bootstrap import (
 )
 from registry_service.context import RegistryContext
 from registry_service.desired.routes import router as desired_router
+from registry_service.events.file_links import event_file_linker
 from registry_service.events.relay import EventRelay
 from registry_service.events.routes import router as events_router
 from registry_service.metrics import RegistryMetrics
@@ -60,7 +61,8 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         # The embedded nats-server listens on loopback only and takes no credentials.
         nats_url = nats.url if nats is not None else str(settings.nats_url)
         security = settings.nats_security if nats is None else None
-        relay = EventRelay(db, nats_url, settings=settings, metrics=metrics, security=security)
+        relay = EventRelay(db, nats_url, settings=settings, metrics=metrics, security=security,
+                           linker=event_file_linker(settings, blobs, security))
         db.on_outbox_commit(relay.notify)
         await relay.start()
         stack.push_async_callback(relay.stop)

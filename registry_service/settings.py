@@ -78,6 +78,9 @@ class RegistrySettings(BaseSettings, NatsSettings):
     max_uploads_per_token: int = Field(default=4, ge=1, le=1024)
     max_header_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     presign_expires_s: int = Field(default=300, gt=0, le=7 * 24 * 3600)
+    # Presigned blob URLs in published events (agents skip the registry's 307): "auto"
+    # only when the registry authenticates to an external NATS; see events/file_links.py.
+    event_file_urls: Literal["auto", "on", "off"] = "auto"
     relay_poll_interval_s: float = Field(default=1.0, gt=0)
     relay_batch_size: int = Field(default=100, gt=0)
     # How often each open /ui live stream looks for changes (one short read per look).

@@ -39,8 +39,12 @@ class AliasApplier(Protocol):
         """Forget the adapter, revisions included (it was deleted)."""
         ...
 
-    def set_rules(self, rules: list[RouteRule]) -> None:
-        """Replace the routing rules."""
+    def set_rules(self, rules: list[RouteRule], keep: frozenset[str] = frozenset()) -> None:
+        """Replace the routing rules, but those of the tenants in ``keep``."""
+        ...
+
+    def set_rule(self, tenant: str, kind: str, key: str, rule: RouteRule | None) -> None:
+        """Change one routing rule (None: remove it)."""
         ...
 
     def set_owner(self, adapter: str, tenant: str) -> None:

@@ -27,6 +27,7 @@ from inference_agent.control.failures import Failures, VersionFailure
 from inference_agent.control.keys import ALL, CREDENTIALS, ROUTES, VLLM, key_for, local_adapter
 from inference_agent.control.mirror import MISSING, DesiredMirror
 from inference_agent.control.placement import Placement
+from inference_agent.control.route_sync import RouteSync
 from inference_agent.control.watchdir import LOCAL_ALIAS, LocalVersion
 from inference_agent.control.workqueue import Done, Failed, Outcome, Retry, WorkQueue
 from inference_agent.errors import AgentError, RetryableError, TerminalError
@@ -39,6 +40,7 @@ from loraplane.events import (
     DesiredState,
     Event,
     FleetChanged,
+    RouteChanged,
     VersionRef,
 )
 from loraplane.naming import parse_model_ref
@@ -120,6 +122,7 @@ class Reconciler:
         self._failures = Failures(max_attempts=max_attempts, metrics=metrics,
                                   on_change=self._on_change)
         self.mirror = DesiredMirror()
+        self.route_sync = RouteSync(swapper)
         self._generation: dict[str, int] = {}
         self._pending: dict[tuple[str, str], int | None] = {}
         self.last_snapshot: DesiredState | None = None
@@ -144,11 +147,16 @@ class Reconciler:
             if event.base_model == self.base_model:
                 self._fleet_changed(event)
             return
+        if isinstance(event, RouteChanged):
+            # Every tenant's rule change, of any base model: each one moves the
+            # tenant's revision, and a revision skipped here would read as a gap.
+            if self.route_sync.on_event(event):
+                self.notify(ROUTES)
+            else:
+                self._on_change()
+            return
         key = key_for(event, self.base_model)
         if key is None or key == CREDENTIALS:  # the credentials refresher's, not ours
-            return
-        if key == ROUTES:
-            self.notify(key)
             return
         self._touch(key)
         if isinstance(event, AdapterUpdated):
@@ -212,7 +220,7 @@ class Reconciler:
         self.last_snapshot = snapshot
         # Every adapter is queued below: each re-checks its owners against this fleet.
         self.placement.set_fleet(snapshot.agents)
-        self._swapper.set_rules(list(snapshot.routes))
+        self.route_sync.take(snapshot)
         desired = {a.name: a for a in snapshot.adapters if a.base_model == self.base_model}
         known = self._routes.adapters() | self._failures.adapters()
         for name in sorted(set(desired) | known):
@@ -236,7 +244,7 @@ class Reconciler:
 
     async def refresh_routes(self) -> None:
         snapshot = await self._require_registry().desired(self.base_model)
-        self._swapper.set_rules(list(snapshot.routes))
+        self.route_sync.take(snapshot)
         self._on_change()
 
     def _require_registry(self) -> DesiredReader:

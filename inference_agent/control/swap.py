@@ -49,6 +49,10 @@ class Swapper:
         """Versioned names whose drain is still running."""
         return set(self._drains)
 
+    def settling(self) -> bool:
+        """A drain with no request left on its version is running: it unloads now."""
+        return any(not self._leases.count(name) for name in self._drains)
+
     async def apply(self, adapter: str, alias: str, revision: int,
                     ref: VersionRef | None) -> SwapResult:
         """Apply one alias move; raise (and change nothing) if the new version fails."""
@@ -98,8 +102,11 @@ class Swapper:
         aliases were removed first (by ``apply``), which drained its versions."""
         self._routes.drop_adapter(adapter)
 
-    def set_rules(self, rules: list[RouteRule]) -> None:
-        self._routes.set_rules(rules)
+    def set_rules(self, rules: list[RouteRule], keep: frozenset[str] = frozenset()) -> None:
+        self._routes.set_rules(rules, keep)
+
+    def set_rule(self, tenant: str, kind: str, key: str, rule: RouteRule | None) -> None:
+        self._routes.set_rule(tenant, kind, key, rule)
 
     def set_owner(self, adapter: str, tenant: str) -> None:
         self._routes.set_owner(adapter, tenant)
@@ -145,6 +152,9 @@ class Swapper:
             # Still in vLLM; the periodic resync unloads strays it finds there.
             log.warning("unloading %s after its drain failed: %s", name, exc.message)
         await self._evict_disk()
+        # Done before the notice, so a status report it wakes no longer waits for it.
+        if self._drains.get(name) is asyncio.current_task():
+            del self._drains[name]
         self._notify()
 
     async def _evict_disk(self) -> None:

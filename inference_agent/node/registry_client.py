@@ -4,11 +4,14 @@ The HTTP work is ``loraplane.client.AsyncRegistryClient``'s; this module maps it
 ``RegistryError`` kinds to the agent's own at the boundary, so the reconciler only asks
 whether to retry. File URLs are registry paths: the local blob store answers 200 with
 the bytes, the S3 store a 307 to a presigned URL, which the client follows without the
-bearer token (tests check this).
+bearer token (tests check this). A file that came with a presigned ``direct_url`` is
+fetched from the store first (blob_fetch.py), and through the registry only if that
+fails.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +23,7 @@ from inference_agent.errors import (
     RegistryUnavailable,
     TerminalError,
 )
+from inference_agent.node.blob_fetch import BlobFetcher, DirectFetchFailed
 from loraplane.client import (
     AsyncRegistryClient,
     BadResponse,
@@ -30,7 +34,10 @@ from loraplane.client import (
 )
 from loraplane.events import AgentStatus, DesiredState, FileRef, VersionRef
 
+log = logging.getLogger(__name__)
 OnBytes = Callable[[int], None]
+# (source, result): "direct" or "registry", "ok" or a safe reason; for the metrics.
+OnFetch = Callable[[str, str], None]
 
 
 def agent_error(exc: RegistryError) -> AgentError:
@@ -68,6 +75,7 @@ class RegistryLink:
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0) -> None:
         self.api = AsyncRegistryClient(base_url, token, timeout_s=timeout_s,
                                        user_agent="loraplane-agent")
+        self.blobs = BlobFetcher(timeout_s=timeout_s)
 
     @property
     def base_url(self) -> str:
@@ -99,12 +107,30 @@ class RegistryLink:
         with _mapped():
             await self.api.download(url, dest, size=size, sha256=sha256, on_bytes=on_bytes)
 
-    def fetcher(self, on_bytes: OnBytes | None = None
+    def fetcher(self, on_bytes: OnBytes | None = None, on_fetch: OnFetch | None = None
                 ) -> Callable[[FileRef, Path], Awaitable[None]]:
-        """A ``Materializer`` fetch function downloading through this client."""
+        """A ``Materializer`` fetch function: the blob store directly when the event gave
+        a URL, else (or when that fails) through the registry."""
+        counted: OnFetch = on_fetch or (lambda _source, _result: None)
+
         async def fetch(file: FileRef, dest: Path) -> None:
-            await self.download(file.url, dest, size=file.size, sha256=file.sha256,
-                                on_bytes=on_bytes)
+            if file.direct_url is not None:
+                try:
+                    await self.blobs.download(file.direct_url, dest, size=file.size,
+                                              sha256=file.sha256, on_bytes=on_bytes)
+                    counted("direct", "ok")
+                    return
+                except DirectFetchFailed as exc:
+                    counted("direct", exc.reason)
+                    log.info("%s: fetching from the blob store failed (%s); asking the "
+                             "registry", file.name, exc)
+            try:
+                await self.download(file.url, dest, size=file.size, sha256=file.sha256,
+                                    on_bytes=on_bytes)
+            except AgentError:
+                counted("registry", "failed")
+                raise
+            counted("registry", "ok")
         return fetch
 
     async def post_status(self, status: AgentStatus) -> None:
@@ -113,3 +139,4 @@ class RegistryLink:
 
     async def aclose(self) -> None:
         await self.api.aclose()
+        await self.blobs.aclose()

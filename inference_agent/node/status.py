@@ -6,12 +6,21 @@ The report lists, per adapter alias, the version routed and its state: ``serving
 retried, with the last reason), ``draining`` (an old version waiting for its requests),
 and, under ``failures``, versions marked bad on this host with the code and reason. A
 registry that is down never stops the agent: the report is retried later.
+
+One push is one report: a move marks the report dirty as it starts (``loading``), at
+its flip and when the old version's drain unloads it. After the debounce the post is
+held while a move is still under way or an idle drain is unloading (``settling``),
+for at most ``settle_max_s``, so the fleet view learns the outcome in one post
+instead of one per step. A drain waiting for requests in flight does not hold it:
+that report says ``draining``, and the drain's end is reported when it comes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
@@ -123,7 +132,8 @@ class StatusReporter:
                  cache: LoadedNames, swapper: Draining, sources: Iterable[FailureSource],
                  post: Post, heartbeat_interval_s: float, debounce_s: float = 0.5,
                  retry_s: float = 5.0, disk: DiskTier | None = None,
-                 owned: Owned | None = None) -> None:
+                 owned: Owned | None = None, settling: Callable[[], bool] | None = None,
+                 settle_max_s: float = 5.0, settle_poll_s: float = 0.25) -> None:
         self.agent_id = agent_id
         self.base_model = base_model
         self._routes = routes
@@ -136,6 +146,9 @@ class StatusReporter:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.debounce_s = debounce_s
         self.retry_s = retry_s
+        self._settling = settling
+        self.settle_max_s = settle_max_s
+        self.settle_poll_s = settle_poll_s
         self._dirty = asyncio.Event()
         self._last_sent: AgentStatus | None = None
         self._failing = False
@@ -186,7 +199,24 @@ class StatusReporter:
                 continue
             # Let a burst of changes (a swap touches several) settle into one post.
             await asyncio.sleep(self.debounce_s)
+            await self._settle()
             force = not ok
+
+    def _busy(self) -> bool:
+        """A move under way, or an idle drain unloading: the report would change soon."""
+        if any(source.pending() for source in self._sources):
+            return True
+        return self._settling is not None and self._settling()
+
+    async def _settle(self) -> None:
+        # A move ending and a drain ending both call ``changed()``: wait for that, with
+        # the deadline as the bound should one not.
+        deadline = time.monotonic() + self.settle_max_s
+        while self._busy() and (left := deadline - time.monotonic()) > 0:
+            self._dirty.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, self.settle_poll_s)):
+                    await self._dirty.wait()
 
     async def report(self, *, force: bool) -> bool:
         """Post the current status (skipped if unchanged and not forced); False on error."""

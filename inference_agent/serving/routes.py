@@ -140,10 +140,20 @@ class RouteTable:
 
     # rules
 
-    def set_rules(self, rules: list[RouteRule]) -> None:
-        """Replace every rule; rules for other base models are ignored."""
+    def set_rules(self, rules: list[RouteRule], keep: frozenset[str] = frozenset()) -> None:
+        """Replace every rule, except those of the tenants in ``keep`` (the table holds
+        newer ones for them than ``rules``); rules for other base models are ignored."""
+        kept = {k: r for k, r in self._rules.items() if k[0] in keep}
         self._rules = {(r.tenant, r.kind, r.key): r for r in rules
-                       if r.base_model == self.base_model}
+                       if r.base_model == self.base_model and r.tenant not in keep}
+        self._rules.update(kept)
+
+    def set_rule(self, tenant: str, kind: str, key: str, rule: RouteRule | None) -> None:
+        """One rule's change: ``rule`` None (removed) or for another base model drops it."""
+        if rule is None or rule.base_model != self.base_model:
+            self._rules.pop((tenant, kind, key), None)
+        else:
+            self._rules[(tenant, kind, key)] = rule
 
     def rules(self) -> list[RouteRule]:
         return list(self._rules.values())

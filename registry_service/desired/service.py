@@ -17,7 +17,7 @@ from registry_service.agents.service import DEFAULT_STALE_AFTER_S, live_agent_id
 from registry_service.aliases.service import alias_targets
 from registry_service.auth.roles import Principal, Role
 from registry_service.events.service import last_event_seq, last_stream_seq
-from registry_service.routing.service import rules_to
+from registry_service.routing.service import route_revisions, rules_to
 from registry_service.versions.refs import version_ref
 
 
@@ -65,6 +65,11 @@ async def desired_state(
     # snapshot nor above ``stream_seq``, and the agent would never hear of it.
     stream_seq = await last_stream_seq(session)
     event_seq = await last_event_seq(session)
+    # Before the rules, for the same reason: a rule change missing from them has a
+    # revision above this one, so the agent applies (or re-reads) it.
+    revisions = (await route_revisions(session, principal.tenant_id if not
+                                       principal.is_global else None)
+                 if adapter is None else None)
     where = _adapter_filter(principal, base_model, adapter)
     adapters = await _adapters(session, where)
     aliases: dict[int, list[DesiredAlias]] = {adapter.id: [] for adapter in adapters}
@@ -83,4 +88,5 @@ async def desired_state(
                   for a in adapters],
         routes=await rules_to(session, where),
         agents=await live_agent_ids(session, base_model, stale_after_s=stale_after_s),
+        route_revisions=revisions,
     )

@@ -52,6 +52,7 @@ from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import EventBusUnavailable, RegistryError
 from registry_service.events.bus import EventBus
+from registry_service.events.file_links import FileLinker
 from registry_service.events.handover import HandOver
 from registry_service.events.models import EventRow
 from registry_service.events.service import event_json
@@ -87,11 +88,12 @@ class EventRelay:
     def __init__(
         self, db: Database, nats_url: str, *, settings: RegistrySettings,
         metrics: RegistryMetrics, security: NatsSecurity | None = None,
-        hand_over: bool = True,
+        hand_over: bool = True, linker: FileLinker | None = None,
     ) -> None:
         """``hand_over`` False: every row waits for a claiming pass (the design before
         the hand-over, kept for bench/relay_latency.py to compare against)."""
         self._db = db
+        self._linker = linker
         self._url = nats_url
         self._security = security
         self._settings = settings
@@ -284,7 +286,8 @@ class EventRelay:
                 break
             try:
                 started = time.perf_counter()
-                stream_seq = await bus.publish(row.subject, encode_event(row), row.event_id)
+                stream_seq = await bus.publish(row.subject, await self._encode(row),
+                                               row.event_id)
                 self._metrics.relay_publish.observe(time.perf_counter() - started)
             except EventBusUnavailable as exc:
                 # The stream may be gone (a fresh server); check it before the retry.
@@ -292,6 +295,12 @@ class EventRelay:
                 return acked, exc
             acked.append(Acked(row.seq, stream_seq))
         return acked, None
+
+    async def _encode(self, row: EventRow) -> bytes:
+        if self._linker is None:
+            return encode_event(row)
+        linked = await self._linker.link(event_json(row))
+        return json.dumps(linked, separators=(",", ":")).encode()
 
     async def _record(self, acked: Sequence[Acked],
                       rows: Sequence[EventRow]) -> tuple[int, datetime | None]:

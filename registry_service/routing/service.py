@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import cast
 
-from sqlalchemy import ColumnElement, Row, select
+from sqlalchemy import ColumnElement, Row, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -32,6 +32,7 @@ from registry_service.events.service import envelope, record_event
 from registry_service.routing.models import RouteRuleRow
 from registry_service.routing.schemas import RouteList, RouteOut
 from registry_service.routing.scope import TenantScope, tenant_scope
+from registry_service.tenants.models import Tenant
 
 # Keys arrive in HTTP headers (customer ids, task names), so visible ASCII is enough.
 _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -61,10 +62,22 @@ def _out(row: RouteRuleRow, adapter: Adapter) -> RouteOut:
     return RouteOut(**route_rule(row, adapter).model_dump(), updated_at=row.updated_at)
 
 
-def _record(session: AsyncSession, adapter: Adapter, *, kind: RouteKind, key: str,
-            rule: RouteRule | None, actor: str) -> None:
+async def _next_revision(session: AsyncSession, tenant_id: int) -> int:
+    """The tenant's next rule revision. The UPDATE locks the tenant's row until commit,
+    so the tenant's rule changes commit in revision order, without gaps."""
+    bumped = await session.scalar(
+        update(Tenant).where(Tenant.id == tenant_id)
+        .values(route_revision=Tenant.route_revision + 1).returning(Tenant.route_revision))
+    if bumped is None:
+        raise RuntimeError(f"tenant {tenant_id} vanished under a routing change")
+    return int(bumped)
+
+
+async def _record(session: AsyncSession, adapter: Adapter, *, kind: RouteKind, key: str,
+                  rule: RouteRule | None, actor: str) -> None:
+    revision = await _next_revision(session, adapter.tenant_id)
     event = RouteChanged(**envelope(adapter.tenant.name, adapter.name), kind=kind, key=key,
-                         rule=rule)
+                         rule=rule, route_revision=revision)
     record_event(session, event, actor=actor)
 
 
@@ -133,7 +146,7 @@ async def put_route(
         if rule.adapter_id == target.id and rule.alias == alias:
             return _out(rule, target)
         rule.adapter_id, rule.alias, rule.updated_at = target.id, alias, utcnow()
-    _record(session, target, kind=kind, key=key, rule=route_rule(rule, target),
+    await _record(session, target, kind=kind, key=key, rule=route_rule(rule, target),
             actor=principal.name)
     await session.commit()
     return _out(rule, target)
@@ -151,7 +164,7 @@ async def delete_route(
         raise _not_found(kind, key)
     rule, adapter = existing
     await session.delete(rule)
-    _record(session, adapter, kind=kind, key=key, rule=None, actor=principal.name)
+    await _record(session, adapter, kind=kind, key=key, rule=None, actor=principal.name)
     await session.commit()
 
 
@@ -194,6 +207,14 @@ async def _rules(
     return (await session.execute(query)).all()
 
 
+async def route_revisions(session: AsyncSession, tenant_id: int | None) -> dict[str, int]:
+    """tenant -> its rule revision (every tenant, or the one given)."""
+    query = select(Tenant.name, Tenant.route_revision)
+    if tenant_id is not None:
+        query = query.where(Tenant.id == tenant_id)
+    return {name: int(revision) for name, revision in (await session.execute(query)).all()}
+
+
 async def rules_to(session: AsyncSession, where: Sequence[ColumnElement[bool]]) -> list[RouteRule]:
     """The rules naming the adapters that match ``where`` (conditions on ``Adapter``)."""
     return [route_rule(rule, adapter) for rule, adapter in await _rules(session, where)]
@@ -203,6 +224,6 @@ async def drop_routes_to(session: AsyncSession, adapter: Adapter, *, actor: str)
     """Delete every rule naming ``adapter``, one event each. Never commits."""
     rules = await session.scalars(select(RouteRuleRow).where(RouteRuleRow.adapter_id == adapter.id))
     for rule in list(rules):
-        _record(session, adapter, kind=cast(RouteKind, rule.kind), key=rule.key, rule=None,
+        await _record(session, adapter, kind=cast(RouteKind, rule.kind), key=rule.key, rule=None,
                 actor=actor)
         await session.delete(rule)

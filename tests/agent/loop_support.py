@@ -66,8 +66,11 @@ class FakeSwapper:
     def drop_adapter(self, adapter: str) -> None:
         self.routes.drop_adapter(adapter)
 
-    def set_rules(self, rules: list[RouteRule]) -> None:
-        self.routes.set_rules(rules)
+    def set_rules(self, rules: list[RouteRule], keep: frozenset[str] = frozenset()) -> None:
+        self.routes.set_rules(rules, keep)
+
+    def set_rule(self, tenant: str, kind: str, key: str, rule: RouteRule | None) -> None:
+        self.routes.set_rule(tenant, kind, key, rule)
 
     def set_owner(self, adapter: str, tenant: str) -> None:
         self.routes.set_owner(adapter, tenant)

@@ -33,7 +33,7 @@ MOVED = {"requests", "request_errors", "request_seconds", "cache_hits", "cache_m
          "downloaded_bytes", "swaps", "failures", "process_resident_memory_bytes",
          "time_to_first_token_seconds", "tokens", "adapter_load_seconds",
          "loaded_adapter_bytes", "swap_seconds", "tier_transitions", "tier_transition_seconds",
-         "owned_adapters"}
+         "owned_adapters", "file_fetches"}
 WARM_HOT = {"from": "warm", "to": "hot"}
 
 
@@ -154,6 +154,8 @@ async def _swaps_and_failures(read: Scrape, client: httpx.AsyncClient, publish: 
     cold_warm = {"from": "cold", "to": "warm"}
     before["tier_transitions_total"] = await read("tier_transitions_total", **cold_warm)
     stages = {s: await read("stage_seconds_count", stage=s) for s in ("fetch", "validate")}
+    # The local blob store signs no URL: the files come through the registry.
+    fetched = await read("file_fetches_total", source="registry", result="ok")
     # A new version of the loaded third: the event arrives, the version is downloaded and
     # checked, and the alias swaps.
     await publish("third", adapters / "a2")
@@ -164,7 +166,8 @@ async def _swaps_and_failures(read: Scrape, client: httpx.AsyncClient, publish: 
                 and all([await read("stage_seconds_count", stage=s) > count
                          for s, count in stages.items()])
                 and await read("swaps_total", adapter="third", outcome="applied") > applied
-                and await read("swap_seconds_count", adapter="third") >= 1)
+                and await read("swap_seconds_count", adapter="third") >= 1
+                and await read("file_fetches_total", source="registry", result="ok") > fetched)
 
     await eventually(swapped, timeout_s=60, what="the event, download, checks and swap")
     await publish("third", adapters / "bad-rank")

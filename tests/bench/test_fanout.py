@@ -1,8 +1,9 @@
 """The fan-out benchmark, small: 8 real agents and the stand-in for vLLM against one real
-registry (Postgres, SeaweedFS, NATS). It checks the bench works, that a push reaches
-every agent with no desired-state read at all, and that a fleet change moves exactly
-what rendezvous placement implies. No timing is asserted; bench/fanout.py runs it at
-100 agents."""
+registry (Postgres, SeaweedFS, NATS). It checks the bench works; that a push (with a
+routing change) reaches every agent with no desired-state read at all, no file request
+to the registry (the events' presigned URLs are used) and one status report per agent;
+and that a fleet change moves exactly what rendezvous placement implies. No timing is
+asserted; bench/fanout.py runs it at 100 agents."""
 
 from __future__ import annotations
 
@@ -14,15 +15,21 @@ from bench.fanout import run
 async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
     tmp_path: Path,
 ) -> None:
-    result = await run(tmp_path, steps=[4, 8], placed=24, replicas=2, change=2)
+    result = await run(tmp_path, steps=[4, 8], placed=24, replicas=2, change=2,
+                       floor_rounds=2)
     assert [p["agents"] for p in result["pushes"]] == [4, 8]
+    assert result["commit"]
     for push in result["pushes"]:
-        # The version and its alias move: two events, whatever the fleet's size.
-        assert push["events_published"] == 2
+        # The routing change, the version and its alias move: three events, whatever
+        # the fleet's size.
+        assert push["events_published"] == 3
+        # Neither the rule nor the alias move made any agent read the registry.
         assert push["desired_reads"] == 0, push["requests"]
-        # Each agent fetches the new files (two) and reports; nothing else grows with it.
-        files = "GET /v1/adapters/{name}/versions/{version}/files/{filename}"
-        assert push["requests"].get(files) == 2 * push["agents"], push["requests"]
+        # Every agent fetched the new files (two) straight from S3 ...
+        assert push["agent_file_fetches"] == {"direct/ok": 2 * push["agents"]}, push
+        assert push["file_requests"] == 0, push["requests"]
+        # ... and reported the whole swap once.
+        assert push["status_reports"] == push["agents"], push["requests"]
     change = result["fleet_change"]
     assert len(change["stopped"]) == len(change["started"]) == 2
     for phase in ("leave", "join"):
@@ -32,3 +39,6 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
     assert change["join"]["min_loads"] > 0
     # Leaves only add owners; what survivors still hold needs no load.
     assert change["leave"]["min_loads"] <= change["leave"]["owner_changes"], change
+    floor = result["floor"]
+    assert floor["processes"] == 8 and len(floor["last_ms_per_round"]) == 2, floor
+    assert 0 < floor["p50_ms"] <= floor["p99_ms"], floor

@@ -45,6 +45,8 @@ async def test_desired_state_for_a_global_agent(db: Database) -> None:
             RouteRule(kind="task", key="summarize", adapter="beta-bot", alias="canary",
                       tenant="beta", base_model=BASE),
         ],
+        # The seed writes its rules directly, not through the routing service.
+        route_revisions={"acme": 0, "beta": 0},
     )
     assert state.stream == "LORAPLANE"
 
@@ -59,6 +61,7 @@ async def test_desired_state_for_a_tenant_token_shows_its_tenant_only(db: Databa
     assert [a.name for a in state.adapters] == ["fresh", "support-bot"]
     assert state.adapters[1] == bot_desired(catalog)
     assert [(r.kind, r.key) for r in state.routes] == [("customer", "c-1")]
+    assert state.route_revisions == {"acme": 0}
     assert (state.stream_seq, state.event_seq) == (0, 0)
     assert empty.adapters == [] and empty.routes == []
 

@@ -158,6 +158,8 @@ async def test_each_tenant_has_its_own_keys(registry: RegistryHarness) -> None:
     events = await route_events(registry)
     assert [(e.tenant, e.rule.tenant if e.rule else None) for e in events] == [
         (OWN, OWN), (OTHER, OTHER)]
+    # Each tenant numbers its own rule changes.
+    assert [e.route_revision for e in events] == [1, 1]
     # A tenant's token may not name another tenant, whatever it does.
     for method, body in (("PUT", {"adapter": "bot"}), ("DELETE", None), ("GET", None)):
         url = "/v1/routes" if method == "GET" else "/v1/routes/customer/shared"
@@ -277,3 +279,5 @@ async def test_concurrent_puts_of_a_new_key_leave_one_rule(registry: RegistryHar
     # Every PUT changed the alias, so each wrote one event; the last one is what stands.
     assert len(events) == len(aliases)
     assert events[-1].rule is not None and events[-1].rule.alias == routes[0][3]
+    # Racing writers still number them without gaps, in the order they committed.
+    assert [e.route_revision for e in events] == list(range(1, len(aliases) + 1))

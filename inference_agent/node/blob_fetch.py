@@ -1,0 +1,99 @@
+"""Fetching a file straight from the blob store with the presigned URL an event carried.
+
+The registry's relay may add ``FileRef.direct_url`` (see
+registry_service/events/file_links.py): then the agent GETs the store itself instead
+of asking the registry for a 307 to the same place, one registry request less per file
+per agent per push. Anything going wrong here (no URL, an expired or refused one, the
+store unreachable, bytes that do not match) is not a failure of the version: the caller
+falls back to the registry path, which signs a fresh URL for a token that may read the
+adapter. Size and sha256 are checked while streaming, as on the registry path.
+
+The URL is a credential until it expires: it never goes into a log line, an error text
+or a metric label; only its scheme, host and path do.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from loraplane.client._core import DOWNLOAD_CHUNK, FileCheck, OnBytes
+from loraplane.client.errors import RegistryError
+
+log = logging.getLogger(__name__)
+_SIGNED = ("signature=", "x-amz-credential=", "x-amz-security-token=")
+
+
+def masked(url: str) -> str:
+    """``url`` without its query (the signature) and user info: safe to log."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+class RedactSignedUrls(logging.Filter):
+    """httpx logs every request's full URL at INFO: a presigned one (ours, or the
+    registry's 307) is logged without its query instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redacted(arg) for arg in record.args)
+        return True
+
+
+def _redacted(arg: object) -> object:
+    if isinstance(arg, httpx.URL | str):
+        text = str(arg)
+        if "?" in text and any(mark in text.lower() for mark in _SIGNED):
+            return masked(text)
+    return arg
+
+
+logging.getLogger("httpx").addFilter(RedactSignedUrls())
+
+
+class DirectFetchFailed(Exception):
+    """The direct fetch did not produce the file; ``reason`` is safe to log and count."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class BlobFetcher:
+    """GETs presigned URLs with no bearer token: the URL is the only credential, and
+    the agent's token must never reach the blob store."""
+
+    def __init__(self, *, timeout_s: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.http = httpx.AsyncClient(timeout=timeout_s, follow_redirects=False,
+                                      transport=transport)
+
+    async def download(self, url: str, dest: Path, *, size: int, sha256: str,
+                       on_bytes: OnBytes | None = None) -> None:
+        """Stream ``url`` into ``dest``; DirectFetchFailed (with a safe reason) if not."""
+        check = FileCheck(masked(url), dest, size, sha256, on_bytes)
+        try:
+            async with self.http.stream("GET", url) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    # 403: expired or not signed for this store; 404: the blob is gone.
+                    raise DirectFetchFailed(f"status_{response.status_code}",
+                                            f"{check.url} answered {response.status_code}")
+                with dest.open("wb") as out:
+                    async for chunk in response.aiter_bytes(DOWNLOAD_CHUNK):
+                        out.write(check.feed(chunk))
+            check.finish()
+        except httpx.HTTPError as exc:
+            # httpx's texts may quote the URL: only the kind of error is kept.
+            raise DirectFetchFailed("unreachable",
+                                    f"{check.url}: {type(exc).__name__}") from None
+        except RegistryError as exc:  # FileCheck: too large, or size/sha256 mismatch
+            raise DirectFetchFailed("mismatch", exc.message) from None
+
+    async def aclose(self) -> None:
+        await self.http.aclose()

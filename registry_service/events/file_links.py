@@ -1,0 +1,102 @@
+"""Presigned blob URLs added to events as the relay publishes them.
+
+Without them every agent asks the registry for every file of a pushed version and is
+sent on to the blob store with a 307: with N agents, a push costs the registry N x
+files requests, all answered while the fleet waits. With them the agent GETs the
+store directly; the registry path in ``FileRef.url`` stays the fallback for an event
+replayed after its URLs expired, an agent of a store it cannot reach, or a relay that
+could not sign.
+
+The URLs are added to the published message only: the outbox row (and so
+``GET /v1/events`` and the UI) never holds one, and a URL is valid for
+``presign_expires_s`` from the publish, not from the write.
+
+Security: a presigned URL is a read credential for one blob until it expires. The
+redirect hands one only to a live token that may read the adapter; an event hands one
+to whoever may read the stream. Agent tokens are global readers, so for agents the two
+are the same *if* the stream is as closed as the registry's API, which is why ``auto``
+adds URLs only when the registry itself must authenticate to NATS (an external server
+with credentials) and never with the embedded, credential-less server. Revoking an
+agent then means revoking its NATS credentials too, as it already does for the event
+metadata it reads there.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from loraplane.nats_auth import NatsSecurity
+from registry_service.blobs.base import BlobStore
+from registry_service.errors import RegistryError
+from registry_service.settings import RegistrySettings
+
+log = logging.getLogger(__name__)
+
+
+def event_file_linker(settings: RegistrySettings, blobs: BlobStore,
+                      security: NatsSecurity | None) -> FileLinker | None:
+    """The relay's linker, or None: ``on``, or ``auto`` when the registry authenticates
+    to NATS (``security`` None: the embedded server, which takes no credentials)."""
+    mode = settings.event_file_urls
+    authenticated = security is not None and bool(security.auth_kinds)
+    if mode == "off" or (mode == "auto" and not authenticated):
+        return None
+    return FileLinker(blobs, settings.presign_expires_s)
+
+
+def _file_lists(payload: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Every ``files`` list of an event payload (the event's own and its target's)."""
+    found: list[list[dict[str, Any]]] = []
+    if isinstance(payload.get("files"), list):
+        found.append(payload["files"])
+    target = payload.get("target")
+    if isinstance(target, dict) and isinstance(target.get("files"), list):
+        found.append(target["files"])
+    return found
+
+
+class FileLinker:
+    """Signs one GET URL per blob of an event's files, valid for ``expires_s``."""
+
+    def __init__(self, blobs: BlobStore, expires_s: int) -> None:
+        self._blobs = blobs
+        self.expires_s = expires_s
+        self._failing = False
+
+    async def link(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with ``direct_url`` on each file; unchanged if signing fails."""
+        lists = _file_lists(payload)
+        if not lists:
+            return payload
+        signed: dict[tuple[str, str], str | None] = {}
+        try:
+            for files in lists:
+                for entry in files:
+                    key = (str(entry["sha256"]), str(entry["name"]))
+                    if key not in signed:
+                        signed[key] = await self._blobs.presigned_url(
+                            key[0], filename=key[1], expires_s=self.expires_s)
+        except (RegistryError, ValueError, KeyError) as exc:
+            # The event still goes out: agents fall back to the registry path.
+            if not self._failing:
+                log.warning("events go out without file URLs: %s", type(exc).__name__)
+            self._failing = True
+            return payload
+        self._failing = False
+        linked = dict(payload)
+        if isinstance(linked.get("files"), list):
+            linked["files"] = _with_urls(linked["files"], signed)
+        target = linked.get("target")
+        if isinstance(target, dict) and isinstance(target.get("files"), list):
+            linked["target"] = {**target, "files": _with_urls(target["files"], signed)}
+        return linked
+
+
+def _with_urls(files: list[dict[str, Any]],
+               signed: dict[tuple[str, str], str | None]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for entry in files:
+        url = signed.get((str(entry["sha256"]), str(entry["name"])))
+        out.append({**entry, "direct_url": url} if url else entry)
+    return out
