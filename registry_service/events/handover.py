@@ -34,6 +34,7 @@ class HandOver:
         self.in_flight: frozenset[int] = frozenset()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def take(self, rows: Sequence[EventRow]) -> None:
         for row in rows:
@@ -55,21 +56,26 @@ class HandOver:
         return kept
 
     def start(self) -> None:
+        self._stopped = False
         self._task = asyncio.create_task(self._run(), name="event-relay-hand-over")
 
     async def stop(self) -> None:
         """Cancel; rows not published are still in the outbox for the next relay."""
         task, self._task = self._task, None
         if task is not None:
+            # Python 3.11's wait_for (inside nats-py's publish) can swallow a cancel that
+            # arrives as the ack does; the flag and the wake-up still end the loop then.
+            self._stopped = True
             task.cancel()
+            self._wake.set()
             await asyncio.gather(task, return_exceptions=True)
         self._pending.clear()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             await self._wake.wait()
             self._wake.clear()
-            if not self._pending:
+            if self._stopped or not self._pending:
                 continue
             rows = [self._pending[seq] for seq in sorted(self._pending)]
             self._pending.clear()
