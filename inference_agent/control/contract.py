@@ -8,9 +8,15 @@ is the only writer of the route table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from loraplane.events import RouteRule, VersionRef
+
+# How far the swap takes a new version before its alias flips to it, as the reconciler
+# decided: "hot" loads it into vLLM (the adapter is loaded now, or kept hot here),
+# "warm" fetches and validates it into the disk cache, "cold" runs only the checks that
+# need no download; a cold version is fetched, validated and loaded at its first request.
+Readiness = Literal["hot", "warm", "cold"]
 
 
 @dataclass
@@ -27,8 +33,9 @@ class AliasApplier(Protocol):
     """The writes to the served state (the route table), all made by the swap."""
 
     async def apply(self, adapter: str, alias: str, revision: int,
-                    ref: VersionRef | None) -> SwapResult:
-        """Move an alias (None removes it); raise, changing nothing, if it fails."""
+                    ref: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
+        """Move an alias (None removes it), with ``ref`` made ``ready`` first; raise,
+        changing nothing, if it fails."""
         ...
 
     def record(self, adapter: str, alias: str, revision: int, ref: VersionRef) -> None:

@@ -4,8 +4,10 @@ An adapter with a ``replicas`` setting is kept hot on its owners only: the
 ``replicas`` live agents of the base model that rank highest for it (see
 ``loraplane.placement``, the same function the registry's fleet view uses). An owner
 pins it, so the swap loads a new version before the alias flips to it and LRU never
-evicts it; every other agent still loads it at its first request, as before. An
-adapter without the setting is never pinned by placement (today's behaviour).
+evicts it; every other agent leaves it cold (the reconciler's ``_readiness``: the alias
+flips without a download) and fetches and loads it at its first request, unless it has
+it loaded. An adapter without the setting is never pinned by placement and every new
+version of it is fetched before the flip (the behaviour from before placement).
 
 An agent keeps at most ``slots`` owned adapters pinned: its ``--max-loaded`` minus one
 slot that stays free for on-demand loads, minus its ``--pin`` adapters. Pins are never

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
-from inference_agent.control.contract import AliasApplier
+from inference_agent.control.contract import AliasApplier, Readiness
 from inference_agent.control.failures import Failures, VersionFailure
 from inference_agent.control.keys import ALL, CREDENTIALS, ROUTES, VLLM, key_for, local_adapter
 from inference_agent.control.mirror import MISSING, DesiredMirror
@@ -43,7 +43,7 @@ from loraplane.events import (
     RouteChanged,
     VersionRef,
 )
-from loraplane.naming import parse_model_ref
+from loraplane.naming import parse_model_ref, versioned_name
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,10 @@ class CacheControl(Protocol):
     def pin(self, adapter: str) -> None: ...
 
     def unpin(self, adapter: str) -> None: ...
+
+    def is_pinned(self, adapter: str) -> bool: ...
+
+    def is_active(self, name: str) -> bool: ...
 
     async def ensure_active(self, ref: VersionRef) -> str: ...
 
@@ -308,10 +312,12 @@ class Reconciler:
             self._swapper.set_owner(adapter, desired.tenant)
         # Before any move: an owner's new version loads before the alias flips to it.
         kept = self.placement.place(adapter, desired.replicas if desired else None)
+        placed = desired is not None and desired.replicas is not None
         outcomes = [await self._move(adapter, alias, revision + 1, None)
                     for alias, (revision, ref) in sorted(held.items())
                     if ref is not None and alias not in want]
-        outcomes += [await self._sync_alias(adapter, want[alias], held.get(alias, (0, None)))
+        outcomes += [await self._sync_alias(adapter, want[alias], held.get(alias, (0, None)),
+                                            placed=placed)
                      for alias in sorted(want)]
         outcome = _combine(outcomes)
         if desired is None and not isinstance(outcome, Retry):
@@ -366,7 +372,7 @@ class Reconciler:
         return outcome
 
     async def _sync_alias(self, adapter: str, desired: DesiredAlias,
-                          held: tuple[int, VersionRef | None]) -> Outcome:
+                          held: tuple[int, VersionRef | None], *, placed: bool) -> Outcome:
         revision, ref = held
         target = desired.target
         if _same(ref, target):
@@ -376,7 +382,8 @@ class Reconciler:
             return Done()
         if self._failures.is_bad(adapter, target.version, target.digest):
             return Done()
-        return await self._move(adapter, desired.alias, desired.revision, target)
+        return await self._move(adapter, desired.alias, desired.revision, target,
+                                placed=placed)
 
     # --- one folder of the watch dir ----------------------------------------------------
 
@@ -420,15 +427,30 @@ class Reconciler:
 
     # --- moves ---------------------------------------------------------------------------
 
+    def _readiness(self, adapter: str, alias: str, *, placed: bool) -> Readiness:
+        """How far a new version of ``adapter@alias`` goes before the flip: loaded if
+        the alias's current version is loaded or the adapter pinned (``--pin``, kept hot
+        by placement); left cold if it is placed and not ours, so an agent that neither
+        owns nor serves it downloads nothing until its first request; else fetched
+        (no placement setting, or owned but over capacity: see placement.py)."""
+        _revision, current = self._routes.alias(adapter, alias)
+        if current is not None and self._cache.is_active(
+                versioned_name(adapter, current.version)):
+            return "hot"
+        if self._cache.is_pinned(adapter):
+            return "hot"
+        return "cold" if placed and adapter not in self.placement.owned() else "warm"
+
     async def _move(self, adapter: str, alias: str, revision: int, ref: VersionRef | None,
-                    prepare: Prepare | None = None) -> Outcome:
+                    prepare: Prepare | None = None, *, placed: bool = False) -> Outcome:
         self._pending[(adapter, alias)] = ref.version if ref is not None else None
         self._on_change()
         mark = (ref.version, ref.digest) if ref is not None else None
         try:
             if prepare is not None:
                 await prepare()
-            result = await self._swapper.apply(adapter, alias, revision, ref)
+            ready = self._readiness(adapter, alias, placed=placed)
+            result = await self._swapper.apply(adapter, alias, revision, ref, ready)
         except AgentError as exc:
             return self._failures.record(adapter, alias, mark, exc)
         except Exception as exc:

@@ -1,8 +1,12 @@
-"""The swap of one alias: materialize -> (load) -> flip -> drain -> unload.
+"""The swap of one alias: (materialize -> (load)) -> flip -> drain -> unload.
 
-A bad version fails in ``apply`` before the flip, so the previous version keeps
-serving. The drain of the old version runs as its own task: a long stream on the old
-version must not hold up the next move of the same adapter.
+How far the new version is taken before the flip is the reconciler's decision
+(``Readiness`` in contract.py): loaded ("hot"), fetched and validated ("warm"), or only
+the checks that need no download ("cold"). The swap executes it. A bad version fails
+in ``apply`` before the flip, so the previous version keeps serving; a cold one that
+turns out bad fails at its first request instead, while the alias already points at it
+(as any on-demand load does). The drain of the old version runs as its own task: a long
+stream on the old version must not hold up the next move of the same adapter.
 
 The swap is the only writer of the route table (aliases, revisions, routing rules):
 the reconciler decides what should change and calls the swap to change it.
@@ -15,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from inference_agent.control.contract import SwapResult
+from inference_agent.control.contract import Readiness, SwapResult
 from inference_agent.errors import AgentError
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
@@ -54,8 +58,9 @@ class Swapper:
         return any(not self._leases.count(name) for name in self._drains)
 
     async def apply(self, adapter: str, alias: str, revision: int,
-                    ref: VersionRef | None) -> SwapResult:
-        """Apply one alias move; raise (and change nothing) if the new version fails."""
+                    ref: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
+        """Apply one alias move, ``ref`` made ``ready`` first; raise (and change nothing)
+        if the new version fails."""
         current_revision, current = self._routes.alias(adapter, alias)
         result = SwapResult(adapter, alias, current.version if current else None,
                             ref.version if ref else None, loaded=False, flipped=False)
@@ -68,7 +73,7 @@ class Swapper:
             self._preparing.add(new_name)
         try:
             if ref is not None:
-                result.loaded = await self._prepare(ref, current)
+                result.loaded = await self._prepare(ref, ready)
             with self._metrics.stage("flip"):
                 result.flipped = self._routes.set_alias(adapter, alias, revision, ref)
         except BaseException:
@@ -111,15 +116,15 @@ class Swapper:
     def set_owner(self, adapter: str, tenant: str) -> None:
         self._routes.set_owner(adapter, tenant)
 
-    async def _prepare(self, ref: VersionRef, current: VersionRef | None) -> bool:
-        """Materialize always; load only if the adapter is hot (its current version is
-        loaded) or pinned. A cold adapter loads at its first request."""
-        await self._materializer.materialize(ref)
-        hot = current is not None and self._cache.is_active(
-            versioned_name(current.adapter, current.version))
-        if hot or self._cache.is_pinned(ref.adapter):
-            await self._cache.ensure_active(ref, record=False)
+    async def _prepare(self, ref: VersionRef, ready: Readiness) -> bool:
+        """Take ``ref`` as far as ``ready`` says; whether it was loaded."""
+        if ready == "hot":
+            await self._cache.ensure_active(ref, record=False)  # materializes first
             return True
+        if ready == "warm":
+            await self._materializer.materialize(ref)
+        else:
+            self._materializer.precheck(ref)
         return False
 
     def _start_drain(self, name: str) -> None:

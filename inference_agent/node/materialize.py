@@ -115,11 +115,7 @@ class Materializer:
                 if final.is_dir():
                     os.utime(final)  # mtime is the disk cache's LRU clock
                     return final
-                try:
-                    self._precheck(ref)
-                except AgentError as exc:
-                    self._metrics.count_failure(ref.adapter, exc)
-                    raise
+                self.precheck(ref)
                 started = time.perf_counter()
                 await self._build(ref, final, fill)
                 self._metrics.tier_transition("cold", "warm", time.perf_counter() - started)
@@ -129,8 +125,16 @@ class Materializer:
             if not self._users[final]:
                 del self._users[final], self._locks[final]
 
+    def precheck(self, ref: VersionRef) -> None:
+        """Refuse (and count) what needs no download to refuse: a rank above vLLM's
+        maximum, unsafe or repeated file names. A version left cold gets only these."""
+        try:
+            self._precheck(ref)
+        except AgentError as exc:
+            self._metrics.count_failure(ref.adapter, exc)
+            raise
+
     def _precheck(self, ref: VersionRef) -> None:
-        """Refusals that need no download."""
         if ref.rank > self.max_rank:
             raise _rejected(ref, "rank_too_large",
                             f"adapter rank {ref.rank} is above the maximum {self.max_rank}",

@@ -17,7 +17,7 @@ from devharness.registry import RegistryHarness, registry_settings
 from devharness.services import NatsService
 from devharness.uploads import upload_dir
 from devharness.waiting import eventually
-from inference_agent.control.contract import SwapResult
+from inference_agent.control.contract import Readiness, SwapResult
 from inference_agent.errors import AgentError
 from inference_agent.service import Agent, QuietServer
 from inference_agent.serving.routes import RouteTable
@@ -44,11 +44,15 @@ class FakeSwapper:
     def __init__(self, routes: RouteTable) -> None:
         self.routes = routes
         self.moves: list[tuple[str, str, int, int | None]] = []
+        # (adapter, version) -> how far the reconciler asked the swap to take it.
+        self.readiness: dict[tuple[str, int], Readiness] = {}
         self.errors: dict[tuple[str, int], AgentError] = {}
 
     async def apply(self, adapter: str, alias: str, revision: int,
-                    target: VersionRef | None) -> SwapResult:
+                    target: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
         self.moves.append((adapter, alias, revision, target.version if target else None))
+        if target is not None:
+            self.readiness[(adapter, target.version)] = ready
         if target is not None and (adapter, target.version) in self.errors:
             # A real swap raises a new error at every attempt; each is counted once.
             error = copy.copy(self.errors[(adapter, target.version)])
@@ -92,6 +96,12 @@ class FakeCache:
 
     def unpin(self, adapter: str) -> None:
         self.pinned.discard(adapter)
+
+    def is_pinned(self, adapter: str) -> bool:
+        return adapter in self.pinned
+
+    def is_active(self, name: str) -> bool:
+        return name in self.loaded
 
     async def ensure_active(self, target: VersionRef) -> str:
         name = f"{target.adapter}@{target.version}"

@@ -1,5 +1,6 @@
 """Placement with real vLLM: an adapter with ``replicas=1`` is kept hot on exactly its
-owner (by rendezvous hashing over the two live agents) and loaded on demand on the other;
+owner (by rendezvous hashing over the two live agents) and left cold (not downloaded)
+on the other until a request there loads it;
 the fleet view shows where it is placed and where it is hot, and each agent's /metrics
 counts the tier transitions.
 
@@ -55,18 +56,18 @@ async def test_replicas_one_is_hot_on_its_owner_and_on_demand_elsewhere(
         rollout = await api.rollout(name)
         converged = all(a.converged for a in rollout.aliases)
         ok = (converged and rollout.placed == [owner] and rollout.hot == [owner]
-              and _tiers(rollout, owner) == {"hot"} and _tiers(rollout, other) == {"warm"})
+              and _tiers(rollout, owner) == {"hot"} and _tiers(rollout, other) == {"cold"})
         return rollout if ok else None
 
     rollout = await eventually(placed, timeout_s=120, retrying=RETRY_OVER_HTTP,
-                               what=f"{name} hot on {owner} only, warm on {other}")
+                               what=f"{name} hot on {owner} only, cold on {other}")
     assert all(t.owned == (t.agent_id == owner) for t in rollout.tiers), rollout.tiers
     owner_vllm = testbed.vllms[hosts[owner]].url
     other_vllm = testbed.vllms[hosts[other]].url
     assert served in await vllm_models(owner_vllm)
     assert served not in await vllm_models(other_vllm), "loaded only on demand there"
 
-    # A request to the other agent loads it there, at once.
+    # A request to the other agent downloads and loads it there, at once.
     result = await clients[other].complete(name)
     assert result.adapter == served
     assert served in await vllm_models(other_vllm)

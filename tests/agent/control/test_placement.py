@@ -74,6 +74,11 @@ async def test_an_agent_keeps_hot_exactly_what_it_owns() -> None:
     assert set(w.cache.loaded) == {f"{name}@1" for name in expected}
     # Everything is still routed here: the rest loads at its first request.
     assert set(w.routes.adapters()) == {*ADAPTERS, "everywhere"}
+    # What the swap was asked to do before each flip: load what this agent owns, fetch
+    # nothing of what it neither owns nor serves, and fetch the unplaced adapter.
+    assert w.swapper.readiness == {
+        **{(name, 1): "hot" if name in expected else "cold" for name in ADAPTERS},
+        ("everywhere", 1): "warm"}
     before = list(w.cache.loaded)
     await resync(w)
     assert w.cache.pinned == expected, "a resync with the same fleet changes nothing"

@@ -169,6 +169,12 @@ class _FailingLoads:
     def unpin(self, adapter: str) -> None:
         self._cache.unpin(adapter)
 
+    def is_pinned(self, adapter: str) -> bool:
+        return self._cache.is_pinned(adapter)
+
+    def is_active(self, name: str) -> bool:
+        return self._cache.is_active(name)
+
     async def ensure_active(self, target: VersionRef) -> str:
         if self.down:
             raise VllmUnavailable("vLLM is restarting")

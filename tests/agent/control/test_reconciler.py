@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from inference_agent.control.contract import SwapResult
+from inference_agent.control.contract import Readiness, SwapResult
 from inference_agent.control.keys import ALL, ROUTES, VLLM
 from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.watchdir import LocalVersion
@@ -330,9 +330,9 @@ async def test_routes_key_refreshes_rules_and_moves_show_as_pending() -> None:
     original = w.swapper.apply
 
     async def spy(adapter: str, alias: str, revision: int,
-                  target: VersionRef | None) -> SwapResult:
+                  target: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
         seen.append(w.reconciler.pending())
-        return await original(adapter, alias, revision, target)
+        return await original(adapter, alias, revision, target, ready)
 
     w.swapper.apply = spy  # type: ignore[method-assign]
     w.registry.move("bot", "live", ref("bot", 1))

@@ -35,7 +35,8 @@ class Rig:
         self.metrics = AgentMetrics()
         self.routes = RouteTable("tiny-llama")
         self.routes.set_owner("bot", "acme")
-        self.materializer = Materializer(root / "cache", max_bytes=10**9, fetch=LocalFetch(),
+        self.fetch = LocalFetch()
+        self.materializer = Materializer(root / "cache", max_bytes=10**9, fetch=self.fetch,
                                          base_shapes=None, max_rank=16, metrics=self.metrics)
         self.cache = AdapterCache(cast(VllmClient, self.vllm), self.materializer, self.leases,
                                   capacity=4, metrics=self.metrics, load_wait_timeout_s=1,
@@ -60,26 +61,43 @@ def rig(tmp_path: Path) -> Rig:
     return Rig(tmp_path)
 
 
-async def test_a_cold_adapter_only_flips(rig: Rig) -> None:
+async def test_warm_fetches_and_validates_before_the_flip_and_loads_nothing(
+        rig: Rig) -> None:
     v1 = rig.ref(1)
-    result = await rig.swapper.apply("bot", "live", 1, v1)
+    result = await rig.swapper.apply("bot", "live", 1, v1, "warm")
     assert result == SwapResult("bot", "live", None, 1, loaded=False, flipped=True)
     assert rig.serving() == "bot@1" and rig.vllm.load_calls == []
     assert rig.materializer.path_of(v1) is not None  # validated before the flip
     assert rig.changes == 1
 
 
-async def test_a_pinned_adapter_loads_before_the_flip(rig: Rig) -> None:
-    rig.cache.pin("bot")
-    result = await rig.swapper.apply("bot", "live", 1, rig.ref(1))
+async def test_hot_loads_before_the_flip(rig: Rig) -> None:
+    result = await rig.swapper.apply("bot", "live", 1, rig.ref(1), "hot")
     assert result.loaded and rig.cache.is_active("bot@1")
+
+
+async def test_cold_only_flips_and_its_first_request_fetches_it(rig: Rig) -> None:
+    v1 = rig.ref(1)
+    result = await rig.swapper.apply("bot", "live", 1, v1, "cold")
+    assert result == SwapResult("bot", "live", None, 1, loaded=False, flipped=True)
+    assert rig.serving() == "bot@1" and rig.fetch.calls == []
+    assert rig.materializer.path_of(v1) is None
+    assert await rig.cache.ensure_active(v1) == "bot@1"
+    assert len(rig.fetch.calls) == len(v1.files) and rig.vllm.load_calls == ["bot@1"]
+
+
+async def test_cold_still_refuses_what_needs_no_download(rig: Rig) -> None:
+    too_big = rig.ref(1).model_copy(update={"rank": 32})
+    with pytest.raises(AdapterRejected) as info:
+        await rig.swapper.apply("bot", "live", 1, too_big, "cold")
+    assert info.value.code == "rank_too_large" and rig.routes.adapters() == set()
 
 
 async def test_hot_swap_loads_flips_and_unloads_the_old_after_its_lease(rig: Rig) -> None:
     await rig.swapper.apply("bot", "live", 1, rig.ref(1))
     await rig.cache.ensure_active(rig.ref(1))
     lease = rig.leases.acquire("bot@1")  # a stream still running on the old version
-    result = await rig.swapper.apply("bot", "live", 2, rig.ref(2))
+    result = await rig.swapper.apply("bot", "live", 2, rig.ref(2), "hot")
     assert result == SwapResult("bot", "live", 1, 2, loaded=True, flipped=True)
     assert rig.serving() == "bot@2" and rig.cache.is_active("bot@2")
     # The drain is parked on bot@1's lease, and only its release can end the wait.
@@ -109,10 +127,10 @@ async def test_a_bad_version_fails_before_the_flip(rig: Rig) -> None:
     await rig.cache.ensure_active(rig.ref(1))
     bad = ref_from_dir("bot", 2, make_adapter(rig.root / "bad", rank=32), rank=32)
     with pytest.raises(AdapterRejected):
-        await rig.swapper.apply("bot", "live", 2, bad)
+        await rig.swapper.apply("bot", "live", 2, bad, "hot")
     rig.vllm.refuse.add("bot@3")
     with pytest.raises(VllmRefused):
-        await rig.swapper.apply("bot", "live", 3, rig.ref(3))
+        await rig.swapper.apply("bot", "live", 3, rig.ref(3), "hot")
     assert rig.serving() == "bot@1" and rig.cache.loaded_names() == ["bot@1"]
     assert rig.routes.alias("bot", "live")[0] == 1  # the retry can still apply revision 3
     rig.vllm.refuse.clear()
@@ -125,8 +143,8 @@ async def test_rollback_while_draining_keeps_the_version(rig: Rig) -> None:
     await rig.swapper.apply("bot", "live", 1, rig.ref(1))
     await rig.cache.ensure_active(rig.ref(1))
     lease = rig.leases.acquire("bot@1")
-    await rig.swapper.apply("bot", "live", 2, rig.ref(2))
-    await rig.swapper.apply("bot", "live", 3, rig.ref(1))  # rolled back before the drain
+    await rig.swapper.apply("bot", "live", 2, rig.ref(2), "hot")
+    await rig.swapper.apply("bot", "live", 3, rig.ref(1), "hot")  # rolled back before the drain
     assert rig.serving() == "bot@1"
     lease.release()
     # Both drains (bot@1's, then bot@2's) have decided and ended.
@@ -142,7 +160,7 @@ async def test_the_drain_timeout_bounds_a_stuck_lease(tmp_path: Path) -> None:
     await rig.swapper.apply("bot", "live", 1, rig.ref(1))
     await rig.cache.ensure_active(rig.ref(1))
     lease = rig.leases.acquire("bot@1")
-    await rig.swapper.apply("bot", "live", 2, rig.ref(2))
+    await rig.swapper.apply("bot", "live", 2, rig.ref(2), "hot")
     # The lease is never released first: only the drain timeout can end this wait.
     await eventually(lambda: "bot@1" not in rig.vllm.names, timeout_s=10,
                      what="timeout unload")
@@ -162,7 +180,7 @@ async def test_drain_all_cancels_what_does_not_finish(rig: Rig) -> None:
     await rig.swapper.apply("bot", "live", 1, rig.ref(1))
     await rig.cache.ensure_active(rig.ref(1))
     lease = rig.leases.acquire("bot@1")
-    await rig.swapper.apply("bot", "live", 2, rig.ref(2))
+    await rig.swapper.apply("bot", "live", 2, rig.ref(2), "hot")
     await rig.swapper.drain_all(0.05)
     assert rig.swapper.draining() == set() and "bot@1" in rig.vllm.names
     lease.release()

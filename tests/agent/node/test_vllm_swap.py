@@ -125,7 +125,8 @@ async def test_hot_swap_drains_the_old_version_before_unloading_it(
     assert await agent.cache.ensure_active(v1) == "a1@1"  # loaded at first request
     out1 = await complete(server, "a1@1")
 
-    result = await agent.swapper.apply("a1", "live", 2, v2)
+    # a1 is hot here (a1@1 loaded): the reconciler has the swap load a1@2 first.
+    result = await agent.swapper.apply("a1", "live", 2, v2, "hot")
     assert result.loaded and result.flipped and (result.old, result.new) == (1, 2)
     assert agent.routes.resolve("a1", {}, "acme").model_name == "a1@2"
     assert await vllm.loaded() == {"a1@1", "a1@2"}
