@@ -36,8 +36,9 @@ class FileRef(_Frozen):
     # Path on the registry, e.g. /v1/adapters/a/versions/3/files/adapter_config.json.
     url: str
     # A presigned GET URL of the blob store, added by the registry's relay as it
-    # publishes (never stored with the event): the agent fetches the bytes straight
-    # from the store and falls back to ``url`` when it is missing or refused (expired).
+    # publishes, or to the snapshot as ``GET /v1/desired`` answers (never stored): the
+    # agent fetches the bytes straight from the store and falls back to ``url`` when it
+    # is missing or refused (expired).
     # It is a credential for one blob until it expires, so it is never dumped or
     # printed: ``exclude`` keeps it out of every ``model_dump``, ``repr`` out of logs.
     direct_url: str | None = Field(default=None, exclude=True, repr=False)

@@ -61,8 +61,9 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         # The embedded nats-server listens on loopback only and takes no credentials.
         nats_url = nats.url if nats is not None else str(settings.nats_url)
         security = settings.nats_security if nats is None else None
+        linker = event_file_linker(settings, blobs, security)
         relay = EventRelay(db, nats_url, settings=settings, metrics=metrics, security=security,
-                           linker=event_file_linker(settings, blobs, security))
+                           linker=linker)
         db.on_outbox_commit(relay.notify)
         await relay.start()
         stack.push_async_callback(relay.stop)
@@ -70,7 +71,8 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         await fleet.start()
         stack.push_async_callback(fleet.stop)
         app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,
-                                        metrics=metrics, embedded_nats=nats, fleet=fleet)
+                                        metrics=metrics, embedded_nats=nats, fleet=fleet,
+                                        file_linker=linker)
         log.info("registry ready (database %s, blobs %s, nats %s)",
                  db.engine.dialect.name, settings.blob_kind, describe_nats(nats_url, security))
         yield

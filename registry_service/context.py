@@ -8,6 +8,7 @@ from loraplane.embedded_nats import EmbeddedNats
 from registry_service.agents.fleet import FleetWatcher
 from registry_service.blobs.base import BlobStore
 from registry_service.db.engine import Database
+from registry_service.events.file_links import FileLinker
 from registry_service.events.relay import EventRelay
 from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
@@ -24,3 +25,6 @@ class RegistryContext:
     embedded_nats: EmbeddedNats | None = None
     fleet: FleetWatcher | None = None
     upload_slots: UploadSlots = field(default_factory=UploadSlots)
+    # Adds presigned blob URLs to events and snapshots (None: LORAPLANE_EVENT_FILE_URLS
+    # leaves them out); see events/file_links.py.
+    file_linker: FileLinker | None = None

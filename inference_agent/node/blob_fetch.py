@@ -1,12 +1,14 @@
-"""Fetching a file straight from the blob store with the presigned URL an event carried.
+"""Fetching a file straight from the blob store with the presigned URL an event (or the
+desired-state snapshot) carried.
 
-The registry's relay may add ``FileRef.direct_url`` (see
-registry_service/events/file_links.py): then the agent GETs the store itself instead
-of asking the registry for a 307 to the same place, one registry request less per file
-per agent per push. Anything going wrong here (no URL, an expired or refused one, the
-store unreachable, bytes that do not match) is not a failure of the version: the caller
-falls back to the registry path, which signs a fresh URL for a token that may read the
-adapter. Size and sha256 are checked while streaming, as on the registry path.
+The registry's relay may add ``FileRef.direct_url`` to events, and ``GET /v1/desired``
+to the snapshot (see registry_service/events/file_links.py): then the agent GETs the
+store itself instead of asking the registry for a 307 to the same place, one registry
+request less per file per agent per push or start. Anything going wrong here (no URL,
+an expired or refused one, the store unreachable, bytes that do not match) is not a
+failure of the version: the caller falls back to the registry path, which signs a
+fresh URL for a token that may read the adapter. Size and sha256 are checked while
+streaming, as on the registry path.
 
 The URL is a credential until it expires: it never goes into a log line, an error text
 or a metric label; only its scheme, host and path do.

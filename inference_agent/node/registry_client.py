@@ -4,9 +4,9 @@ The HTTP work is ``loraplane.client.AsyncRegistryClient``'s; this module maps it
 ``RegistryError`` kinds to the agent's own at the boundary, so the reconciler only asks
 whether to retry. File URLs are registry paths: the local blob store answers 200 with
 the bytes, the S3 store a 307 to a presigned URL, which the client follows without the
-bearer token (tests check this). A file that came with a presigned ``direct_url`` is
-fetched from the store first (blob_fetch.py), and through the registry only if that
-fails.
+bearer token (tests check this). A file that came with a presigned ``direct_url`` (in
+an event or the desired-state snapshot, when the registry adds them) is fetched from
+the store first (blob_fetch.py), and through the registry only if that fails.
 """
 
 from __future__ import annotations

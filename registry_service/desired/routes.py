@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 
 from loraplane.events import DesiredState
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep
@@ -11,13 +12,21 @@ from registry_service.desired.service import desired_state
 router = APIRouter(prefix="/v1/desired", tags=["desired"])
 
 
-@router.get("")
+@router.get("", response_model=DesiredState)
 async def get_desired(
     session: SessionDep,
     principal: PrincipalDep,
     ctx: CtxDep,
     base_model: Annotated[str, Query(min_length=1, max_length=255)],
     adapter: Annotated[str | None, Query(max_length=63)] = None,
-) -> DesiredState:
-    return await desired_state(session, principal, base_model=base_model, adapter=adapter,
-                               stale_after_s=ctx.settings.agent_stale_after_s)
+) -> JSONResponse:
+    state = await desired_state(session, principal, base_model=base_model, adapter=adapter,
+                                stale_after_s=ctx.settings.agent_stale_after_s)
+    # Dumped here, not by FastAPI: ``FileRef.direct_url`` is excluded from every dump
+    # (it must never reach a log or a stored row), so the linker adds the URLs to this
+    # response's own copy, as the relay does to each published event. The caller may
+    # read every adapter listed: what the file route checks before its 307 to S3.
+    payload = state.model_dump(mode="json")
+    if ctx.file_linker is not None:
+        payload = await ctx.file_linker.link_snapshot(payload)
+    return JSONResponse(payload)

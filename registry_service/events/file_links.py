@@ -11,6 +11,12 @@ The URLs are added to the published message only: the outbox row (and so
 ``GET /v1/events`` and the UI) never holds one, and a URL is valid for
 ``presign_expires_s`` from the publish, not from the write.
 
+The same linker adds them to the desired-state snapshot (``GET /v1/desired``) as it is
+answered, so that a starting agent, which reads the snapshot and then fetches what it
+must have on disk, skips the 307 too. That response is read with a token that may read
+every adapter it lists, which is what the redirect itself checks; it is signed with
+each read, so its URLs are valid for ``presign_expires_s`` from the read.
+
 Security: a presigned URL is a read credential for one blob until it expires. The
 redirect hands one only to a live token that may read the adapter; an event hands one
 to whoever may read the stream. Agent tokens are global readers, so for agents the two
@@ -56,6 +62,15 @@ def _file_lists(payload: dict[str, Any]) -> list[list[dict[str, Any]]]:
     return found
 
 
+def _snapshot_file_lists(snapshot: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Every ``files`` list of a dumped ``DesiredState``: each alias target's."""
+    return [alias["target"]["files"] for adapter in snapshot.get("adapters", [])
+            for alias in adapter.get("aliases", [])]
+
+
+Signed = dict[tuple[str, str], str | None]
+
+
 class FileLinker:
     """Signs one GET URL per blob of an event's files, valid for ``expires_s``."""
 
@@ -64,12 +79,9 @@ class FileLinker:
         self.expires_s = expires_s
         self._failing = False
 
-    async def link(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """``payload`` with ``direct_url`` on each file; unchanged if signing fails."""
-        lists = _file_lists(payload)
-        if not lists:
-            return payload
-        signed: dict[tuple[str, str], str | None] = {}
+    async def _sign(self, lists: list[list[dict[str, Any]]], what: str) -> Signed | None:
+        """(sha256, name) -> URL for every file in ``lists``; None if signing fails."""
+        signed: Signed = {}
         try:
             for files in lists:
                 for entry in files:
@@ -78,12 +90,32 @@ class FileLinker:
                         signed[key] = await self._blobs.presigned_url(
                             key[0], filename=key[1], expires_s=self.expires_s)
         except (RegistryError, ValueError, KeyError) as exc:
-            # The event still goes out: agents fall back to the registry path.
+            # It still goes out: agents fall back to the registry path.
             if not self._failing:
-                log.warning("events go out without file URLs: %s", type(exc).__name__)
+                log.warning("%s go out without file URLs: %s", what, type(exc).__name__)
             self._failing = True
-            return payload
+            return None
         self._failing = False
+        return signed
+
+    async def link_snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """``snapshot`` (a ``DesiredState`` dumped for this response alone) with
+        ``direct_url`` on each file, changed in place; unchanged if signing fails."""
+        lists = _snapshot_file_lists(snapshot)
+        signed = await self._sign(lists, "snapshots") if lists else None
+        if signed is not None:
+            for files in lists:
+                files[:] = _with_urls(files, signed)
+        return snapshot
+
+    async def link(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with ``direct_url`` on each file; unchanged if signing fails."""
+        lists = _file_lists(payload)
+        if not lists:
+            return payload
+        signed = await self._sign(lists, "events")
+        if signed is None:
+            return payload
         linked = dict(payload)
         if isinstance(linked.get("files"), list):
             linked["files"] = _with_urls(linked["files"], signed)
@@ -93,8 +125,7 @@ class FileLinker:
         return linked
 
 
-def _with_urls(files: list[dict[str, Any]],
-               signed: dict[tuple[str, str], str | None]) -> list[dict[str, Any]]:
+def _with_urls(files: list[dict[str, Any]], signed: Signed) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for entry in files:
         url = signed.get((str(entry["sha256"]), str(entry["name"])))
