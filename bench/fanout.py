@@ -243,9 +243,14 @@ async def _leave(fleet: Fleet, replicas: Mapping[str, int | None],
 async def _join(fleet: Fleet, replicas: Mapping[str, int | None],
                 versions: Mapping[str, int], count: int) -> dict[str, Any]:
     """Start ``count`` agents one after the other (a rolling join): two agents starting
-    at the same moment would not yet see each other, and both load what one will own."""
+    at the same moment would not yet see each other, and both load what one will own.
+
+    Also the files fetched meanwhile, by source, and the registry's file requests: a
+    joining agent fetches only what it owns (its share of the placed adapters), so
+    with two files per version the fetches are twice ``min_loads``."""
     before, loaded = assignment(fleet.live(), replicas), loaded_adapters(fleet, versions)
     mark, started = len(fleet.standin.state()["calls"]), time.time()
+    counted = await _fetch_counts(fleet)
     fleets = []
     for _ in range(count):
         fleet.add_agents(1, prefix="joined")
@@ -254,7 +259,22 @@ async def _join(fleet: Fleet, replicas: Mapping[str, int | None],
     await _settled(fleet, after, versions)
     return {**_moves(fleet, mark), "owner_changes": owner_changes(before, after, fleet.live()),
             "min_loads": minimum_loads(loaded, fleets, replicas), "min_unloads": 0,
-            "settled_s": round(time.time() - started, 2)}
+            "settled_s": round(time.time() - started, 2),
+            **await _fetches_since(fleet, counted)}
+
+
+async def _fetch_counts(fleet: Fleet) -> tuple[dict[str, float], dict[str, float]]:
+    """The live agents' file fetches by source, and the registry's requests by route."""
+    return await fleet.agent_fetches(), requests_by_route(fleet.registry.metrics())
+
+
+async def _fetches_since(fleet: Fleet, counted: tuple[dict[str, float], dict[str, float]]
+                         ) -> dict[str, Any]:
+    """What agents fetched since ``counted`` (agents started since count from zero), and
+    how many of those files the registry served (a 307 each)."""
+    fetches, requests = await _fetch_counts(fleet)
+    return {"agent_file_fetches": _delta(fetches, counted[0]),
+            "file_requests": _delta(requests, counted[1]).get(FILES_ROUTE, 0.0)}
 
 
 async def change_fleet(fleet: Fleet, replicas: Mapping[str, int | None],
@@ -295,7 +315,7 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
     result: dict[str, Any] = {"machine": machine_summary(), **git_commit(),
                               "steps": list(steps),
                               "placed": placed, "replicas": replicas, "change": change,
-                              "pushes": []}
+                              "starts": [], "pushes": []}
     async with running_fleet(work, ports=max(steps) + change) as fleet:
         api = AsyncRegistryClient(fleet.registry.url, fleet.registry.admin_token)
         try:
@@ -304,8 +324,15 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
             fleet.make_tokens([*(f"agent-{i:03d}" for i in range(last)),
                                *(f"joined-{i:03d}" for i in range(last, last + change))])
             for step, size in enumerate(steps):
+                counted, started = await _fetch_counts(fleet), time.time()
                 fleet.add_agents(size - len(fleet.agents))
                 await _settled(fleet, assignment(fleet.live(), setting), versions)
+                # Agents starting together: each fetches what it owns (or believes it
+                # owns before the others' first reports), from the snapshot's URLs.
+                start = {"agents": size, "settled_s": round(time.time() - started, 2),
+                         **await _fetches_since(fleet, counted)}
+                result["starts"].append(start)
+                print(json.dumps(start), flush=True)
                 # A new seed per push: the same bytes again would be the same version.
                 push = await push_once(fleet, api, adapter_folder(work, 1000 + step),
                                        profile if step == len(steps) - 1 else 0)

@@ -2,7 +2,9 @@
 registry (Postgres, SeaweedFS, NATS). It checks the bench works; that a push (with a
 routing change) reaches every agent with no desired-state read at all, no file request
 to the registry (the events' presigned URLs are used) and one status report per agent;
-and that a fleet change moves exactly what rendezvous placement implies. No timing is
+that starting agents make no file request to the registry either (the snapshot's URLs);
+and that a fleet change moves exactly what rendezvous placement implies, a joining
+agent fetching only the adapters it owns. No timing is
 asserted; bench/fanout.py runs it at 100 agents."""
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
                        floor_rounds=2)
     assert [p["agents"] for p in result["pushes"]] == [4, 8]
     assert result["commit"]
+    for start in result["starts"]:
+        # Starting agents fetched from S3 with the snapshot's URLs: no 307 at all.
+        assert start["file_requests"] == 0, start
+        assert set(start["agent_file_fetches"]) == {"direct/ok"}, start
     for push in result["pushes"]:
         # The routing change, the version and its alias move: three events, whatever
         # the fleet's size.
@@ -37,6 +43,11 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
         assert moves["loads"] == moves["min_loads"], change
         assert moves["unloads"] == moves["min_unloads"] == 0, change
     assert change["join"]["min_loads"] > 0
+    # A joining agent sees the whole fleet and fetches only what it owns (two files a
+    # version), none of the placed adapters it neither owns nor serves, all from S3.
+    join = change["join"]
+    assert join["agent_file_fetches"] == {"direct/ok": 2 * join["min_loads"]}, change
+    assert join["file_requests"] == 0, change
     # Leaves only add owners; what survivors still hold needs no load.
     assert change["leave"]["min_loads"] <= change["leave"]["owner_changes"], change
     floor = result["floor"]
