@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from inference_agent.errors import VllmRefused, VllmUnavailable
+from inference_agent.serving.upstream import KEEPALIVE_S
 
 _ALREADY_LOADED = "has already been loaded"
 # Statuses that say "the server (or a proxy in front of it) is not able to answer now",
@@ -42,7 +43,12 @@ class VllmClient:
 
     def __init__(self, base_url: str, *, timeout_s: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s)
+        # Idle connections dropped before vLLM closes them (5 s), as the proxy's are:
+        # at httpx's default (also 5 s) a call could go out on a connection vLLM was
+        # closing and fail with "Server disconnected" (bench/fanout.py: an agent's
+        # start-up died on it, its vLLM stand-in answering a hundred agents).
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s,
+                                       limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
 
     async def wait_ready(self, timeout_s: float, *, poll_s: float = 0.5) -> None:
         """Poll ``GET /v1/models`` until it answers 200; VllmUnavailable after timeout_s."""
