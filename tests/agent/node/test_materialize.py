@@ -227,3 +227,26 @@ async def test_fetch_and_validate_stages_are_timed(tmp_path: Path) -> None:
     for stage in ("fetch", "validate"):
         assert registry.get_sample_value("loraplane_agent_stage_seconds_count",
                                          {"stage": stage}) == 1
+
+
+async def test_an_adapter_folder_removed_before_the_rename_is_made_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The disk cache's eviction (a worker thread) removes empty adapter folders: here it
+    # wins the race once, between the build's mkdir and its rename.
+    fetch = LocalFetch()
+    mat = materializer(tmp_path, fetch)
+    ref = adapter_ref(tmp_path, "bot", 1)
+    rename = os.rename
+    raced: list[Path] = []
+
+    def racing(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if not raced:
+            raced.append(Path(dst).parent)
+            Path(dst).parent.rmdir()
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", racing)
+    folder = await mat.materialize(ref)
+    assert raced == [folder.parent] and mat.path_of(ref) == folder
+    assert len(fetch.calls) == len(ref.files), "built once, not fetched again"
+    assert leftovers(tmp_path) == []
