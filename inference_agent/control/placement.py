@@ -65,17 +65,32 @@ class Placement:
         self._configured = set(configured)
         self.slots = slots
         self._fleet: tuple[str, ...] = ()
+        self._fleet_seq = 0  # the registry event seq the fleet above reflects
         self._owned: set[str] = set()
         self._kept: set[str] = set()
         self.gained = 0
         self.lost = 0
 
-    def set_fleet(self, agents: Iterable[str]) -> None:
-        """The live agents of the base model, as the registry last listed them."""
+    def set_fleet(self, agents: Iterable[str], seq: int | None = None, *,
+                  reset: bool = False) -> bool:
+        """The live agents of the base model as the registry listed them at its event
+        ``seq`` (a fleet event's own, or a snapshot's ``event_seq``); whether taken.
+
+        A list older than the one held is ignored: the relay may publish two fleet
+        events out of order (bench/fanout.py saw the 100-agent fleet's event published
+        7 s before the 99-agent one, and every agent ended on 99), and an adapter's
+        read may bring a newer fleet than the events not yet received. ``reset`` (a
+        full resync) takes the list whatever its ``seq``: the registry's history may
+        have restarted. ``seq`` None (no number known) takes it too."""
+        if seq is not None and seq < self._fleet_seq and not reset:
+            return False
+        if seq is not None:
+            self._fleet_seq = seq
         fleet = tuple(sorted(set(agents)))
         if fleet != self._fleet:
             log.info("placement: fleet of %d agent(s): %s", len(fleet), ", ".join(fleet))
         self._fleet = fleet
+        return True
 
     def owned(self) -> set[str]:
         return set(self._owned)

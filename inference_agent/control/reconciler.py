@@ -173,8 +173,10 @@ class Reconciler:
 
     def _fleet_changed(self, event: FleetChanged) -> None:
         # Every placed adapter re-checks its owners from the mirror: no registry read,
-        # and only those whose owners changed are pinned or unpinned.
-        self.placement.set_fleet(event.agents)
+        # and only those whose owners changed are pinned or unpinned. An event older
+        # than the fleet held changes nothing.
+        if not self.placement.set_fleet(event.agents, event.seq):
+            return
         for name in sorted(self.mirror.placed() | self.placement.owned()):
             if not self._is_local(name):
                 self._queue.add(name)
@@ -223,7 +225,7 @@ class Reconciler:
         snapshot = await registry.desired(self.base_model)
         self.last_snapshot = snapshot
         # Every adapter is queued below: each re-checks its owners against this fleet.
-        self.placement.set_fleet(snapshot.agents)
+        self.placement.set_fleet(snapshot.agents, snapshot.event_seq, reset=True)
         self.route_sync.take(snapshot)
         desired = {a.name: a for a in snapshot.adapters if a.base_model == self.base_model}
         known = self._routes.adapters() | self._failures.adapters()
@@ -341,7 +343,7 @@ class Reconciler:
         with self._metrics.stage("desired"):
             snapshot = await registry.desired(self.base_model, adapter=adapter)
         if snapshot.agents:  # an older registry lists none: keep the last fleet
-            self.placement.set_fleet(snapshot.agents)
+            self.placement.set_fleet(snapshot.agents, snapshot.event_seq)
         # Any snapshot read before this one is now older than what we act on.
         self._touch(adapter)
         found = next((a for a in snapshot.adapters

@@ -156,8 +156,10 @@ async def test_a_fleet_event_re_places_without_reads_and_moves_only_new_owners()
     assert before == {n for n in ADAPTERS if owners(fleet, n, 1) == ["agent-a"]}
     w.registry.calls.clear()
     smaller = ["agent-a", "agent-c"]  # agent-b left
-    w.reconciler.on_event(FleetChanged(**_common("", tenant="_fleet"),
-                                       base_model=BASE, agents=smaller, left=["agent-b"]))
+    # After the snapshot (the fake registry's event seq is 7), as the stream has it.
+    after_snapshot = {**_common("", tenant="_fleet"), "seq": 8}
+    w.reconciler.on_event(FleetChanged(**after_snapshot, base_model=BASE, agents=smaller,
+                                       left=["agent-b"]))
     await drain(w)
     assert w.registry.calls == [], "the event carried the fleet: no registry read"
     after = w.reconciler.placement.owned()

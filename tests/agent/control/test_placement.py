@@ -7,12 +7,19 @@ narrow fakes of test_reconciler.py (the e2e test runs it against real vLLM)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from inference_agent.control.keys import ALL, key_for
 from inference_agent.control.placement import Placement
 from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.workqueue import Done
-from loraplane.events import DesiredState, PlacementChanged, parse_event
+from loraplane.events import (
+    FLEET_TENANT,
+    DesiredState,
+    FleetChanged,
+    PlacementChanged,
+    parse_event,
+)
 from loraplane.placement import owners
 from tests.agent.control.test_reconciler import BASE, FakeRegistry, World, ref
 from tests.agent.loop_support import FakeCache
@@ -136,3 +143,40 @@ def test_a_placement_event_queues_its_adapter_of_this_base_model_only() -> None:
     assert isinstance(event, PlacementChanged) and event.replicas == 2
     assert key_for(event, BASE) == "bot"
     assert key_for(event, "other-model") is None
+
+
+def fleet_event(seq: int, agents: list[str]) -> FleetChanged:
+    return FleetChanged(event_id=f"fleet-{seq}", seq=seq, time=datetime.now(UTC),
+                        tenant=FLEET_TENANT, adapter="", base_model=BASE, agents=agents)
+
+
+async def run_queue(w: World) -> None:
+    while len(w.queue):
+        key = await w.queue.get()
+        assert key is not None
+        assert isinstance(await w.reconciler.reconcile(key), Done)
+        w.queue.done(key)
+
+
+async def test_a_fleet_event_older_than_the_fleet_held_changes_nothing() -> None:
+    w = placed_world("a1", ["a1"])
+    await resync(w)  # the snapshot, at event seq 7: a1 alone owns everything
+    placement = w.reconciler.placement
+    assert placement.owned() == set(ADAPTERS)
+    three, two = ["a1", "a2", "a3"], ["a1", "a2"]
+    assert mine("a1", three) != mine("a1", two)
+    # The relay published the newer event first; the older one comes after it.
+    w.reconciler.on_event(fleet_event(9, three))
+    w.reconciler.on_event(fleet_event(8, two))
+    await run_queue(w)
+    assert placement.owned() == mine("a1", three) == w.cache.pinned
+    w.reconciler.on_event(fleet_event(6, ["a1"]))  # older than the snapshot, too
+    assert len(w.queue) == 0 and placement.owned() == mine("a1", three)
+    # A newer one is taken; so is a full resync's fleet, whatever its number (the
+    # registry's history may have restarted).
+    w.reconciler.on_event(fleet_event(10, two))
+    await run_queue(w)
+    assert placement.owned() == mine("a1", two)
+    w.registry.agents = three  # type: ignore[attr-defined]
+    await resync(w)
+    assert placement.owned() == mine("a1", three)
