@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -46,6 +47,27 @@ STALE_AFTER_S = 1800.0
 # machine (shared with other work) must keep free after the agents start.
 AGENT_RSS_MB = 120
 RESERVE_MB = 2048
+
+
+def quiet_port(taken: set[int]) -> int:
+    """A free port below the kernel's ephemeral range, not in ``taken`` (added to it).
+
+    ``free_port`` hands out an ephemeral port, and a hundred agents opening connections
+    took one of those before the agent it was meant for could bind it (two runs lost
+    that way: "Address already in use"). Below the range, only a process binding that
+    port on purpose can take it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in range(low - 1, 1024, -1):
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise RuntimeError(f"no free port below {low}")
 
 
 class NoRoom(RuntimeError):
@@ -101,6 +123,7 @@ class Fleet:
     agents: dict[str, AgentProcess] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     next_port: int = 0
+    agent_ports: set[int] = field(default_factory=set)
 
     def make_tokens(self, agent_ids: Iterable[str]) -> None:
         """Agent tokens made ahead, while the registry is idle: one busy serving a
@@ -123,7 +146,8 @@ class Fleet:
                              base_model=BASE_MODEL, cache_dir=self.work / "cache" / agent_id,
                              registry=self.registry.url, token=token, nats_url=self.nats.url,
                              max_loaded=256, settings=AGENT_SETTINGS)
-            agent = self.agents[agent_id] = AgentProcess(spec, self.work / "agents")
+            agent = self.agents[agent_id] = AgentProcess(spec, self.work / "agents",
+                                                         quiet_port(self.agent_ports))
             agent.process.start()
             started.append(agent_id)
         for agent_id in started:

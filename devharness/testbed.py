@@ -194,10 +194,11 @@ class AgentSpec:
 class AgentProcess:
     """One ``loraplane agent``; ``restart`` keeps its port (and may change its flags)."""
 
-    def __init__(self, spec: AgentSpec, log_dir: Path) -> None:
+    def __init__(self, spec: AgentSpec, log_dir: Path, port: int | None = None) -> None:
+        """``port`` None: one that is free now (another process may take it first)."""
         self.spec = spec
         self.log_dir = log_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.process = self._process()
 
     def _process(self) -> ChildProcess:
