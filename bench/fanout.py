@@ -79,6 +79,7 @@ class PushResult:
     events_published: float
     requests: dict[str, float]
     fetches: dict[str, float]
+    stage_ms: dict[str, float]
     profile: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
@@ -93,7 +94,7 @@ class PushResult:
                 "desired_reads": self.requests.get("GET /v1/desired", 0.0),
                 "file_requests": self.requests.get(FILES_ROUTE, 0.0),
                 "status_reports": self.requests.get(STATUS_ROUTE, 0.0),
-                "agent_file_fetches": self.fetches,
+                "agent_file_fetches": self.fetches, "agent_stage_mean_ms": self.stage_ms,
                 "requests": self.requests, "agent_profile": self.profile}
 
 
@@ -133,7 +134,7 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     ports = {fleet.port_of(a): a for a in agents}
     mark = len(fleet.standin.state()["calls"])
     metrics_before = fleet.registry.metrics()
-    fetches_before = await fleet.agent_fetches()
+    sums_before = await fleet.agent_sums()
     cpu_before = cpu_seconds(fleet.registry_pid()) or 0.0
     # In the window: its event reaches every agent before the push's do, so every
     # agent has acted on it once all have reported the push.
@@ -152,10 +153,19 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     requests["GET /metrics"] = requests.get("GET /metrics", 1.0) - 1  # the bench's own
     events = metric(metrics_after, "loraplane_registry_events_published_total") - \
         metric(metrics_before, "loraplane_registry_events_published_total")
-    fetches = _delta(await fleet.agent_fetches(), fetches_before)
+    sums = _delta(await fleet.agent_sums(), sums_before)
+    fetches = {k.removeprefix("files "): v for k, v in sums.items() if k.startswith("files ")}
     return PushResult(len(agents), pushed.version, answered,
                       [loads[a] - sent for a in agents],
-                      [reported[a] - sent for a in agents], cpu, events, requests, fetches)
+                      [reported[a] - sent for a in agents], cpu, events, requests, fetches,
+                      stage_means_ms(sums))
+
+
+def stage_means_ms(sums: Mapping[str, float]) -> dict[str, float]:
+    """stage -> its mean time in ms over the window, from ``Fleet.agent_sums`` deltas."""
+    return {key.removesuffix(" count"): round(sums.get(
+                key.replace(" count", " sum"), 0.0) / count * 1000, 1)
+            for key, count in sorted(sums.items()) if key.endswith(" count") and count}
 
 
 # --- the fleet change --------------------------------------------------------------------

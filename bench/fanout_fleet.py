@@ -178,6 +178,14 @@ class Fleet:
 
     async def agent_fetches(self) -> dict[str, float]:
         """``source/result`` -> files the live agents fetched, from their ``/metrics``."""
+        return {key.removeprefix("files "): value
+                for key, value in (await self.agent_sums()).items()
+                if key.startswith("files ")}
+
+    async def agent_sums(self) -> dict[str, float]:
+        """Sums over the live agents' ``/metrics``: ``files <source>/<result>`` (files
+        fetched), and ``<stage> sum`` / ``<stage> count`` of each swap stage's seconds
+        and of ``event_delay`` (an event's commit to the agent receiving it)."""
         found: dict[str, float] = {}
         async with httpx.AsyncClient(timeout=60) as client:
             for agent in self.agents.values():
@@ -185,8 +193,8 @@ class Fleet:
                 response.raise_for_status()
                 for family in text_string_to_metric_families(response.text):
                     for sample in family.samples:
-                        if sample.name == "loraplane_agent_file_fetches_total":
-                            key = f"{sample.labels['source']}/{sample.labels['result']}"
+                        key = _sum_key(sample.name, sample.labels)
+                        if key is not None:
                             found[key] = found.get(key, 0.0) + sample.value
         return found
 
@@ -233,6 +241,18 @@ async def agent_reports(database: PostgresDatabase) -> dict[str, dict[str, Any]]
         await connection.close()
     return {row["agent_id"]: {**json.loads(row["status"]), "_seen": row["last_seen_at"]}
             for row in rows}
+
+
+def _sum_key(name: str, labels: dict[str, str]) -> str | None:
+    """The key ``Fleet.agent_sums`` adds a sample to, or None to leave it out."""
+    if name == "loraplane_agent_file_fetches_total":
+        return f"files {labels['source']}/{labels['result']}"
+    for prefix, stage in (("loraplane_agent_stage_seconds", labels.get("stage")),
+                          ("loraplane_agent_event_delay_seconds", "event_delay")):
+        for part in ("sum", "count"):
+            if name == f"{prefix}_{part}":
+                return f"{stage} {part}"
+    return None
 
 
 def seen_at(report: dict[str, Any]) -> float:
