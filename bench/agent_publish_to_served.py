@@ -44,10 +44,12 @@ from bench.agent_setup import (
     BASE_MODEL,
     MachineLoad,
     bench_testbed,
+    event_delays,
     events_received,
     flips,
     log_lines,
     materialized,
+    mean_event_delay,
     stage_totals,
     wait_served,
 )
@@ -56,7 +58,7 @@ from bench.publish_timeline import COLUMNS, Push, cells, slowest, summarize
 from bench.stacks import StallDumps, recording, require_py_spy
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import E2E_TENANT, AgentProcess, Testbed, metric
+from devharness.testbed import E2E_TENANT, AgentProcess, Testbed
 from loraplane.client import AsyncRegistryClient
 from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, parse_event
 
@@ -160,16 +162,8 @@ async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Probe
         await asyncio.sleep(0.02)
     push = Push(pushed.version, sent, answered, first, prober.first_sent[name], delta.sums,
                 delta.counts)
-    delays = event_delays(text)
-    if delays[1] > delays_before[1]:
-        push.event_delay_s = (delays[0] - delays_before[0]) / (delays[1] - delays_before[1])
+    push.event_delay_s = mean_event_delay(delays_before, event_delays(text))
     return push
-
-
-def event_delays(metrics_text: str) -> tuple[float, int]:
-    """Sum and count of the agent's ``event_delay_seconds`` histogram."""
-    name = "loraplane_agent_event_delay_seconds"
-    return metric(metrics_text, f"{name}_sum"), int(metric(metrics_text, f"{name}_count"))
 
 
 def make_folders(work: Path, count: int) -> list[Path]:

@@ -127,6 +127,19 @@ def stage_totals(metrics_text: str) -> StageTotals:
                         for s in STAGES})
 
 
+def event_delays(metrics_text: str) -> tuple[float, int]:
+    """Sum and count of the agent's ``event_delay_seconds`` (event commit -> receipt)."""
+    name = "loraplane_agent_event_delay_seconds"
+    return metric(metrics_text, f"{name}_sum"), int(metric(metrics_text, f"{name}_count"))
+
+
+def mean_event_delay(before: tuple[float, int], after: tuple[float, int]) -> float | None:
+    """The mean event delay between two ``event_delays`` readings; None if no event came."""
+    if after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def by_label(metrics_text: str, name: str, label: str) -> dict[str, float]:
     """Samples of ``name`` summed per value of ``label``."""
     found: dict[str, float] = {}
