@@ -44,6 +44,7 @@ from bench.agent_setup import (
     BASE_MODEL,
     MachineLoad,
     bench_testbed,
+    by_label,
     event_delays,
     events_received,
     flips,
@@ -267,11 +268,15 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
         with MachineLoad() as load:
             pushes, prober = asyncio.run(measure(testbed, folders, args, stalls, adapter))
     errors = log_lines(agent.log_text(), " WARNING ", " ERROR ")
+    # Straight from S3 (the event's presigned URLs) or through the registry's 307.
+    fetched = by_label(testbed.agents["a"].metrics(), "loraplane_agent_file_fetches_total",
+                       "source")
     summary = summarize(pushes)
     summary["rows"]["(one probe request, for reference)"] = cells(prober.latencies)
     summary.update(probe_requests=len(prober.latencies), probe_failures=prober.failures[:20],
                    probe_failure_count=len(prober.failures), agent_warnings=errors[:20],
-                   slowest=slowest(pushes), stalls_dumped=stalls.stalls if stalls else None)
+                   slowest=slowest(pushes), stalls_dumped=stalls.stalls if stalls else None,
+                   file_fetches=fetched)
     return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
             "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
             "pushes": [asdict(p) for p in pushes]}
@@ -288,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     print(render(summary))
     print(f"probe requests {summary['probe_requests']}, failed "
           f"{summary['probe_failure_count']}; agent warnings/errors "
-          f"{len(summary['agent_warnings'])}")
+          f"{len(summary['agent_warnings'])}; files fetched by source "
+          f"{summary['file_fetches']}")
     print(f"slowest: {json.dumps(summary['slowest'])}")
     print(f"machine: {document['machine']}; database {document['database']}")
     print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")
