@@ -44,10 +44,13 @@ from bench.agent_setup import (
     BASE_MODEL,
     MachineLoad,
     bench_testbed,
+    by_label,
+    event_delays,
     events_received,
     flips,
     log_lines,
     materialized,
+    mean_event_delay,
     stage_totals,
     wait_served,
 )
@@ -56,7 +59,7 @@ from bench.publish_timeline import COLUMNS, Push, cells, slowest, summarize
 from bench.stacks import StallDumps, recording, require_py_spy
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import E2E_TENANT, AgentProcess, Testbed, metric
+from devharness.testbed import E2E_TENANT, AgentProcess, Testbed
 from loraplane.client import AsyncRegistryClient
 from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, parse_event
 
@@ -160,16 +163,8 @@ async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Probe
         await asyncio.sleep(0.02)
     push = Push(pushed.version, sent, answered, first, prober.first_sent[name], delta.sums,
                 delta.counts)
-    delays = event_delays(text)
-    if delays[1] > delays_before[1]:
-        push.event_delay_s = (delays[0] - delays_before[0]) / (delays[1] - delays_before[1])
+    push.event_delay_s = mean_event_delay(delays_before, event_delays(text))
     return push
-
-
-def event_delays(metrics_text: str) -> tuple[float, int]:
-    """Sum and count of the agent's ``event_delay_seconds`` histogram."""
-    name = "loraplane_agent_event_delay_seconds"
-    return metric(metrics_text, f"{name}_sum"), int(metric(metrics_text, f"{name}_count"))
 
 
 def make_folders(work: Path, count: int) -> list[Path]:
@@ -273,11 +268,15 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
         with MachineLoad() as load:
             pushes, prober = asyncio.run(measure(testbed, folders, args, stalls, adapter))
     errors = log_lines(agent.log_text(), " WARNING ", " ERROR ")
+    # Straight from S3 (the event's presigned URLs) or through the registry's 307.
+    fetched = by_label(testbed.agents["a"].metrics(), "loraplane_agent_file_fetches_total",
+                       "source")
     summary = summarize(pushes)
     summary["rows"]["(one probe request, for reference)"] = cells(prober.latencies)
     summary.update(probe_requests=len(prober.latencies), probe_failures=prober.failures[:20],
                    probe_failure_count=len(prober.failures), agent_warnings=errors[:20],
-                   slowest=slowest(pushes), stalls_dumped=stalls.stalls if stalls else None)
+                   slowest=slowest(pushes), stalls_dumped=stalls.stalls if stalls else None,
+                   file_fetches=fetched)
     return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
             "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
             "pushes": [asdict(p) for p in pushes]}
@@ -294,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     print(render(summary))
     print(f"probe requests {summary['probe_requests']}, failed "
           f"{summary['probe_failure_count']}; agent warnings/errors "
-          f"{len(summary['agent_warnings'])}")
+          f"{len(summary['agent_warnings'])}; files fetched by source "
+          f"{summary['file_fetches']}")
     print(f"slowest: {json.dumps(summary['slowest'])}")
     print(f"machine: {document['machine']}; database {document['database']}")
     print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")

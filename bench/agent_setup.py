@@ -60,7 +60,12 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
     """The testbed, one host (``a``) unless ``hosts`` names more, each with its vLLM and
     agent; needs the vLLM venv (scripts/vllm/install.sh). ``model_dir`` (with ``base/``)
     replaces the tiny model. ``sqlite``: the registry on an SQLite file (the embedded
-    default) instead of Postgres."""
+    default) instead of Postgres.
+
+    The registry puts presigned URLs in its events (``event_file_urls=on``), so agents
+    fetch files from S3 directly, as they do in production: there the registry
+    authenticates to NATS, and the default (``auto``) turns the URLs on. The bench's
+    NATS takes no credentials, so ``auto`` would leave them out."""
     python = ensure_vllm_env()
     model = model_dir or ensure_tiny_model(work / "tiny", python)
     with contextlib.ExitStack() as stack:
@@ -77,7 +82,8 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
             work / "testbed", model_dir=model, vllm_python=python, database_url=database_url,
             nats=nats, s3=s3, hosts=hosts, max_loras=max_loras, max_loaded=max_loaded,
             max_model_len=max_model_len, max_lora_rank=max_lora_rank, vllm_env=vllm_env,
-            agent_settings={h: settings for h in hosts}))
+            agent_settings={h: settings for h in hosts},
+            registry_settings={"event_file_urls": "on"}))
         yield testbed
 
 
@@ -125,6 +131,19 @@ def stage_totals(metrics_text: str) -> StageTotals:
     return StageTotals({s: metric(metrics_text, f"{name}_sum", stage=s) for s in STAGES},
                        {s: int(metric(metrics_text, f"{name}_count", stage=s))
                         for s in STAGES})
+
+
+def event_delays(metrics_text: str) -> tuple[float, int]:
+    """Sum and count of the agent's ``event_delay_seconds`` (event commit -> receipt)."""
+    name = "loraplane_agent_event_delay_seconds"
+    return metric(metrics_text, f"{name}_sum"), int(metric(metrics_text, f"{name}_count"))
+
+
+def mean_event_delay(before: tuple[float, int], after: tuple[float, int]) -> float | None:
+    """The mean event delay between two ``event_delays`` readings; None if no event came."""
+    if after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def by_label(metrics_text: str, name: str, label: str) -> dict[str, float]:

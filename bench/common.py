@@ -268,6 +268,17 @@ def write_json(document: Mapping[str, Any], out: Path | None) -> None:
         print(text)
 
 
+def record(benchmark: str, measured: Mapping[str, Any], machine: Mapping[str, Any],
+           out: Path | None, **fields: Any) -> dict[str, Any]:
+    """How a benchmark ends: a line naming the commit (``git_commit``) and the machine,
+    then its JSON document (``write_json``), which is returned."""
+    dirty = " (dirty)" if measured["dirty"] else ""
+    print(f"commit {measured['commit']}{dirty}; machine: {machine}")
+    document = {"benchmark": benchmark, **measured, "machine": machine, **fields}
+    write_json(document, out)
+    return document
+
+
 def git_commit() -> dict[str, Any]:
     """The commit a benchmark measured, and whether the work tree differed from it."""
     def git(*args: str) -> str:

@@ -44,13 +44,15 @@ from bench.agent_setup import (
     BASE_MODEL,
     MachineLoad,
     bench_testbed,
+    event_delays,
     flips,
     materialized,
+    mean_event_delay,
     parse_sampling,
     sampling_parser,
     stage_totals,
 )
-from bench.common import git_commit, percentile, table, write_json
+from bench.common import git_commit, percentile, record, table
 from bench.large_model import (
     LARGE,
     SMALL,
@@ -60,7 +62,7 @@ from bench.large_model import (
     make_large_adapter,
 )
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import E2E_TENANT, Testbed, metric
+from devharness.testbed import E2E_TENANT, Testbed
 from devharness.vllm import ensure_vllm_env
 from devharness.waiting import eventually
 from loraplane.client import AsyncRegistryClient
@@ -137,16 +139,8 @@ async def push_and_wait(api: AsyncRegistryClient, client: OpenAIClient, testbed:
     text = agent.metrics()
     sample = Sample(version, folder_bytes(folder), sent, marks[0], first,
                     stage_totals(text).minus(before).sums)
-    delays = event_delays(text)
-    if delays[1] > delays_before[1]:
-        sample.event_delay_s = (delays[0] - delays_before[0]) / (delays[1] - delays_before[1])
+    sample.event_delay_s = mean_event_delay(delays_before, event_delays(text))
     return sample
-
-
-def event_delays(metrics_text: str) -> tuple[float, int]:
-    """Sum and count of the agent's ``event_delay_seconds`` (event commit -> receipt)."""
-    name = "loraplane_agent_event_delay_seconds"
-    return metric(metrics_text, f"{name}_sum"), int(metric(metrics_text, f"{name}_count"))
 
 
 def folder_bytes(folder: Path) -> int:
@@ -301,12 +295,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         summary = summarize(samples)
         print(table(["", "p50", "p90", "min", "max"], summary["rows"]))
         print(f"ms, except ratios; {summary['samples']} samples of {summary['size_mb']} MB")
-        print(f"machine: {load.summary}; commit {commit}")
-        document = {"benchmark": "large_adapter", **commit, "machine": load.summary,
-                    "shape": asdict(shape), "summary": summary,
-                    "samples": [asdict(s) for s in samples]}
-        write_json(document, args.json_out)
-        return document
+        return record("large_adapter", commit, load.summary, args.json_out,
+                      shape=asdict(shape), summary=summary,
+                      samples=[asdict(s) for s in samples])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent_setup import BASE_MODEL, MachineLoad, bench_testbed
-from bench.common import git_commit, table, write_json
+from bench.common import git_commit, record, table
 from devharness.llmd_picker import Comparison, Setup, compare
 from devharness.testbed import E2E_TENANT, Testbed
 from loraplane.client import AsyncRegistryClient
@@ -114,10 +114,8 @@ def main(argv: list[str] | None = None) -> None:
             with MachineLoad() as load:
                 results = asyncio.run(measure(testbed, args))
         print(render(results))
-        print(f"commit {measured}; machine: {load.summary}")
-        document = {"benchmark": "routing_hit_rate", **measured, "machine": load.summary,
-                    "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows(results)}
-        write_json(document, args.json_out)
+        record("routing_hit_rate", measured, load.summary, args.json_out,
+               args={k: str(v) for k, v in vars(args).items()}, rows=rows(results))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

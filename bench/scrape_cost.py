@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 
 from bench.agent_setup import BASE_MODEL, MachineLoad, bench_testbed, wait_served
-from bench.common import cpu_seconds, git_commit, percentile, table, write_json
+from bench.common import cpu_seconds, git_commit, percentile, record, table
 from devharness.llmd import parse_endpoint
 from devharness.openai_client import OpenAIClient
 from devharness.testbed import Testbed, metric
@@ -218,11 +218,9 @@ def main(argv: list[str] | None = None) -> None:
                 windows = asyncio.run(measure(testbed, args))
         rows = summarize(windows)
         print(render(rows))
-        print(f"commit {measured}; machine: {load.summary}")
-        document = {"benchmark": "scrape_cost", **measured, "machine": load.summary,
-                    "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
-                    "windows": [{**asdict(w), "latencies": len(w.latencies)} for w in windows]}
-        write_json(document, args.json_out)
+        record("scrape_cost", measured, load.summary, args.json_out,
+               args={k: str(v) for k, v in vars(args).items()}, rows=rows,
+               windows=[{**asdict(w), "latencies": len(w.latencies)} for w in windows])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -50,7 +50,7 @@ from bench.agent_setup import (
     parse_sampling,
     sampling_parser,
 )
-from bench.common import git_commit, percentile, table, write_json
+from bench.common import git_commit, percentile, record, table
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import Completion, OpenAIClient
 from devharness.testbed import E2E_TENANT, Testbed
@@ -260,11 +260,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             samples = asyncio.run(run(testbed, work, resolver_dir, args.samples, args.warmup))
         summary = summarize(samples)
         print(render(summary))
-        print(f"machine: {load.summary}; commit {commit}")
-        document = {"benchmark": "vllm_resolver", **commit, "machine": load.summary,
-                    "summary": summary, "samples": samples.times}
-        write_json(document, args.json_out)
-        return document
+        return record("vllm_resolver", commit, load.summary, args.json_out,
+                      summary=summary, samples=samples.times)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

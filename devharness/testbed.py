@@ -349,14 +349,16 @@ def running_testbed(work_dir: Path, *, model_dir: Path, vllm_python: Path, datab
                     max_model_len: int = 2048, max_lora_rank: int = 16,
                     agent_settings: Mapping[str, Mapping[str, str]] | None = None,
                     vllm_env: Mapping[str, str] | None = None,
+                    registry_settings: Mapping[str, str] | None = None,
                     ) -> Iterator[Testbed]:
     """Migrate and start the registry, one vLLM and one agent per host (``agent-<host>``);
     stop everything on exit, whatever happened. ``vllm_env``: more environment for every
-    vLLM (its LoRA resolver plugin, for one)."""
+    vLLM (its LoRA resolver plugin, for one); ``registry_settings``: more settings of the
+    registry (see ``RegistryProcess``)."""
     with contextlib.ExitStack() as stack:
         blobs = S3Bucket(s3, f"e2e-{secrets.token_hex(6)}")
         registry = RegistryProcess(work_dir / "registry", database_url=database_url,
-                                   nats_url=nats.url, blobs=blobs)
+                                   nats_url=nats.url, blobs=blobs, settings=registry_settings)
         registry.migrate()
         stack.callback(registry.stop)
         registry.start()

@@ -5,12 +5,17 @@ validated by construction: files are fetched into ``cache_dir/.staging/``, check
 (size and sha256 per file, the version digest, then ``validate_adapter_dir`` with the
 base model's shapes and vLLM's ``max_lora_rank``) and only then renamed into place in
 one step. A crash leaves at most a staging folder, which the next start removes.
+
+Each file is hashed once, while it is written: the fetch (or the watch dir's copy)
+returns the size and sha256 of the bytes it wrote, and the check compares those. A
+second read of every file would cost as much again for a large adapter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -22,15 +27,19 @@ from pathlib import Path
 
 from inference_agent.errors import AdapterRejected, AgentError, FetchFailed, TerminalError
 from inference_agent.metrics import AgentMetrics
-from loraplane.digest import sha256_file, version_digest
+from loraplane.digest import version_digest
 from loraplane.events import FileRef, VersionRef
 from loraplane.lora import AdapterInvalid, BaseModelShapes, validate_adapter_dir
 from loraplane.naming import versioned_name
 
 log = logging.getLogger(__name__)
 
-Fetch = Callable[[FileRef, Path], Awaitable[None]]
+# Writes ``file`` to the path and returns (size, sha256) of the bytes it wrote.
+Fetch = Callable[[FileRef, Path], Awaitable[tuple[int, str]]]
+Written = list[tuple[str, int, str]]  # (name, size, sha256) per file, as written
+Fill = Callable[[VersionRef, Path], Awaitable[Written]]
 STAGING = ".staging"
+COPY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -119,12 +128,11 @@ class Materializer:
 
     async def add_local(self, ref: VersionRef, source_dir: Path) -> Path:
         """Like ``materialize`` but copies ``ref.files`` from ``source_dir`` (--watch-dir)."""
-        async def copy(_ref: VersionRef, staging: Path) -> None:
-            await asyncio.to_thread(self._copy_files, ref, source_dir, staging)
+        async def copy(_ref: VersionRef, staging: Path) -> Written:
+            return await asyncio.to_thread(self._copy_files, ref, source_dir, staging)
         return await self._produce(ref, copy)
 
-    async def _produce(self, ref: VersionRef,
-                       fill: Callable[[VersionRef, Path], Awaitable[None]]) -> Path:
+    async def _produce(self, ref: VersionRef, fill: Fill) -> Path:
         final = self.folder_for(ref)
         lock = self._locks.setdefault(final, asyncio.Lock())
         self._users[final] = self._users.get(final, 0) + 1
@@ -163,15 +171,14 @@ class Materializer:
                             f"file names {bad or [f.name for f in ref.files]} are not safe",
                             {"files": bad})
 
-    async def _build(self, ref: VersionRef, final: Path,
-                     fill: Callable[[VersionRef, Path], Awaitable[None]]) -> None:
+    async def _build(self, ref: VersionRef, final: Path, fill: Fill) -> None:
         staging = self.cache_dir / STAGING / f"{ref.adapter}-{ref.version}-{uuid.uuid4().hex}"
         staging.mkdir(parents=True)
         try:
             with self._metrics.stage("fetch"):
-                await fill(ref, staging)
+                written = await fill(ref, staging)
             with self._metrics.stage("validate"):
-                await asyncio.to_thread(self._check, ref, staging)
+                await asyncio.to_thread(self._check, ref, staging, written)
             _rename_into_place(staging, final)
             os.utime(final)
         except BaseException as exc:
@@ -181,28 +188,32 @@ class Materializer:
             raise
         log.info("materialized %s into %s", versioned_name(ref.adapter, ref.version), final)
 
-    async def _fetch_into(self, ref: VersionRef, staging: Path) -> None:
+    async def _fetch_into(self, ref: VersionRef, staging: Path) -> Written:
         if self._fetch is None:
             raise TerminalError(f"{versioned_name(ref.adapter, ref.version)} is not on disk "
                                 "and this agent has no registry to fetch it from",
                                 code="no_source")
+        written: Written = []
         for file in ref.files:
-            await self._fetch(file, staging / file.name)
+            written.append((file.name, *await self._fetch(file, staging / file.name)))
+        return written
 
     @staticmethod
-    def _copy_files(ref: VersionRef, source_dir: Path, staging: Path) -> None:
+    def _copy_files(ref: VersionRef, source_dir: Path, staging: Path) -> Written:
+        written: Written = []
         for file in ref.files:
             source = source_dir / file.name
             if not source.is_file() or source.is_symlink():
                 raise FetchFailed(f"{source} is missing or not a regular file",
                                   detail={"path": str(source)})
-            shutil.copyfile(source, staging / file.name)
+            written.append((file.name, *_copy_hashed(source, staging / file.name)))
+        return written
 
-    def _check(self, ref: VersionRef, staging: Path) -> None:
-        """Verify sizes, sha256s and the digest, then validate; runs in a worker thread."""
+    def _check(self, ref: VersionRef, staging: Path, written: Written) -> None:
+        """Compare what was written (sizes, sha256s) with ``ref``, check the digest, then
+        validate the files; runs in a worker thread."""
         actual: list[tuple[str, int, str]] = []
-        for file in ref.files:
-            size, sha = sha256_file(staging / file.name)
+        for file, (_name, size, sha) in zip(ref.files, written, strict=True):
             if (size, sha) != (file.size, file.sha256):
                 raise FetchFailed(
                     f"{file.name}: got {size} bytes with sha256 {sha}, expected "
@@ -262,3 +273,15 @@ class Materializer:
             if adapter_dir.name != STAGING and adapter_dir.is_dir():
                 with contextlib.suppress(OSError):
                     adapter_dir.rmdir()  # only succeeds when empty
+
+
+def _copy_hashed(source: Path, dest: Path) -> tuple[int, str]:
+    """Copy ``source`` to ``dest``; (size, sha256) of the bytes copied. The watch dir's
+    folder may change meanwhile: what is checked is what was copied, not the source."""
+    digest, size = hashlib.sha256(), 0
+    with source.open("rb") as src, dest.open("wb") as out:
+        while chunk := src.read(COPY_CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()

@@ -108,18 +108,20 @@ class RegistryLink:
             await self.api.download(url, dest, size=size, sha256=sha256, on_bytes=on_bytes)
 
     def fetcher(self, on_bytes: OnBytes | None = None, on_fetch: OnFetch | None = None
-                ) -> Callable[[FileRef, Path], Awaitable[None]]:
+                ) -> Callable[[FileRef, Path], Awaitable[tuple[int, str]]]:
         """A ``Materializer`` fetch function: the blob store directly when the event gave
-        a URL, else (or when that fails) through the registry."""
+        a URL, else (or when that fails) through the registry. Both paths check size and
+        sha256 while streaming and raise on a mismatch, so what was written is what
+        ``file`` declares."""
         counted: OnFetch = on_fetch or (lambda _source, _result: None)
 
-        async def fetch(file: FileRef, dest: Path) -> None:
+        async def fetch(file: FileRef, dest: Path) -> tuple[int, str]:
             if file.direct_url is not None:
                 try:
                     await self.blobs.download(file.direct_url, dest, size=file.size,
                                               sha256=file.sha256, on_bytes=on_bytes)
                     counted("direct", "ok")
-                    return
+                    return file.size, file.sha256
                 except DirectFetchFailed as exc:
                     counted("direct", exc.reason)
                     log.info("%s: fetching from the blob store failed (%s); asking the "
@@ -131,6 +133,7 @@ class RegistryLink:
                 counted("registry", "failed")
                 raise
             counted("registry", "ok")
+            return file.size, file.sha256
         return fetch
 
     async def post_status(self, status: AgentStatus) -> None:

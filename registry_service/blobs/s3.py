@@ -99,6 +99,7 @@ def _client_config(
     max_attempts: int,
     *,
     pool: int,
+    sign_payload: bool = True,
 ) -> Config:
     return Config(
         signature_version="s3v4",
@@ -106,13 +107,23 @@ def _client_config(
         connect_timeout=connect_timeout_s,
         read_timeout=read_timeout_s,
         retries={"mode": "standard", "total_max_attempts": max_attempts},
-        s3={"addressing_style": "path" if path_style else "auto"},
+        s3={"addressing_style": "path" if path_style else "auto",
+            "payload_signing_enabled": sign_payload},
         max_pool_connections=pool,
         tcp_keepalive=True,
         # Default CRC trailers of recent boto3 break several S3-compatible servers.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
+
+
+def signs_payload(endpoint_url: str | None) -> bool:
+    """Whether uploads sign their body's sha256 (SigV4 payload signing): over plain HTTP
+    only, where it is what keeps a body changed on the way from being stored. Over TLS
+    botocore would still hash every part for it, a second sha256 of each uploaded byte
+    (the registry hashes the stream itself); TLS protects the body in transit, and a blob
+    is named by its sha256, which every reader checks. ``None`` is AWS: HTTPS."""
+    return endpoint_url is not None and not endpoint_url.lower().startswith("https://")
 
 
 class S3BlobStore:
@@ -162,6 +173,7 @@ class S3BlobStore:
             upload_read_timeout_s,
             upload_max_attempts,
             pool=max(10, upload_concurrency * 2),
+            sign_payload=signs_payload(endpoint_url),
         )
         self._upload_client: S3Client = session.client(
             "s3", endpoint_url=endpoint_url, config=upload_config

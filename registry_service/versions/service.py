@@ -73,12 +73,21 @@ async def store_blobs(blobs: BlobStore, files: list[ReceivedFile],
                       streams: dict[str, StreamedFile]) -> None:
     """Make every file a blob: a streamed one is finished (completed, or copied to its
     key), one in staging is put. Both skip content already stored. The caller holds a
-    lease on every digest, so the collector leaves them be."""
-    for item in files:
+    lease on every digest, so the collector leaves them be.
+
+    The files are stored side by side (each is a round trip or more to the store), and
+    every one is waited for before a failure is raised: an abort must not race a finish
+    still under way in its thread."""
+    async def store(item: ReceivedFile) -> None:
         if item.path is None:
             await streams[item.name].writer.finish(item.sha256, item.size)
         else:
             await blobs.put_file(item.sha256, item.path, item.size)
+
+    outcomes = await asyncio.gather(*(store(item) for item in files), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 # The collector marks a blob for at most two minutes (blobs/gc.py: CLAIM_S).
@@ -158,11 +167,16 @@ async def _publish(
                 staged = await stage_version(upload, staging, settings, base_model)
             notes = upload.fields.get("notes", "")
             await lease_blobs(session, staged.files, settings)
+            committed = False
             try:
                 await store_blobs(blobs, staged.files, upload.streams)
-                return await _commit_version(session, principal, name, staged, aliases, notes)
+                result = await _commit_version(session, principal, name, staged, aliases,
+                                               notes)
+                committed = True  # the commit gave the leases back
+                return result
             finally:
-                await release_blobs(session, staged.files)
+                if not committed:
+                    await release_blobs(session, staged.files)
         finally:
             # A refused upload's streamed blob is discarded: no object, no open upload.
             await upload.abort_streams()
@@ -172,13 +186,18 @@ async def _commit_version(
     session: AsyncSession, principal: Principal, name: str, staged: StagedVersion,
     aliases: list[str], notes: str,
 ) -> UploadResult:
+    """The version and its moves, with the upload's blob leases given back in the same
+    commit: once the version references its blobs, the leases have nothing left to keep."""
+    shas = [item.sha256 for item in staged.files]
     try:
         result = await _add_version(session, principal, name, staged, aliases, notes)
+        await leases.release(session, shas)
         await session.commit()
     except IntegrityError:
         # A concurrent identical upload won the race; ours is now a re-upload.
         await session.rollback()
         result = await _add_version(session, principal, name, staged, aliases, notes)
+        await leases.release(session, shas)
         await session.commit()
     return result
 

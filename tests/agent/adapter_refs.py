@@ -40,11 +40,12 @@ class LocalFetch:
         self.calls: list[str] = []
         self.gate: asyncio.Event | None = None
 
-    async def __call__(self, file: FileRef, dest: Path) -> None:
+    async def __call__(self, file: FileRef, dest: Path) -> tuple[int, str]:
         self.calls.append(file.url)
         if self.gate is not None:
             await self.gate.wait()
         shutil.copyfile(file.url, dest)
+        return sha256_file(dest)  # what was written, as the real fetchers report it
 
 
 def is_dir(path: Path) -> bool:

@@ -149,14 +149,14 @@ class BreakingFetch(LocalFetch):
         self.block = block
         self.blocked = asyncio.Event()
 
-    async def __call__(self, file: FileRef, dest: Path) -> None:
+    async def __call__(self, file: FileRef, dest: Path) -> tuple[int, str]:
         if self.calls:
             write_half(file, dest)
             if self.block:
                 self.blocked.set()
                 await asyncio.Event().wait()  # until cancelled
             raise FetchFailed("connection reset")
-        await super().__call__(file, dest)
+        return await super().__call__(file, dest)
 
 
 @pytest.mark.parametrize("block", [False, True])

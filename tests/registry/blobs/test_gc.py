@@ -93,10 +93,12 @@ async def test_blobs_of_an_upload_refused_at_commit_are_collected(
         "/v1/adapters/kept/versions", files=adapter_parts(make_adapter(tmp_path / "k", seed=2)),
         headers=registry.admin_headers)
     assert kept.status_code == 201, kept.text
+    assert await leased(registry) == set()  # the commit gave its leases back
     referenced = await stored_blobs(registry)
 
     orphans = await orphan_of_a_refused_upload(registry, make_adapter(tmp_path / "d", seed=1))
     assert orphans  # what the issue found: blobs nothing references
+    assert await leased(registry) == set()  # so did the refused upload
 
     report = await collect(registry)
     assert report["deleted"] == len(orphans)
@@ -144,6 +146,7 @@ async def test_collector_keeps_a_blob_an_upload_in_flight_will_reference(
     finally:
         await engine.dispose()
     assert response.status_code == 201, response.text
+    assert await leased(registry) == set()
     assert sorted(set(await stored_blobs(registry)) & set(orphans)) == orphans
     for entry in response.json()["files"]:
         download = await registry.client.get(
