@@ -13,7 +13,8 @@ from devharness.adapters import make_adapter, make_base_config
 from devharness.waiting import eventually
 from inference_agent.errors import AdapterRejected, FetchFailed, TerminalError
 from inference_agent.metrics import AgentMetrics
-from inference_agent.node.materialize import STAGING, Materializer
+from inference_agent.node import materialize
+from inference_agent.node.materialize import STAGING, CachedFolder, Materializer
 from loraplane.events import FileRef
 from loraplane.lora import BaseModelShapes
 from tests.agent.adapter_refs import LocalFetch, adapter_ref, ref_from_dir
@@ -250,3 +251,42 @@ async def test_an_adapter_folder_removed_before_the_rename_is_made_again(
     assert raced == [folder.parent] and mat.path_of(ref) == folder
     assert len(fetch.calls) == len(ref.files), "built once, not fetched again"
     assert leftovers(tmp_path) == []
+
+
+async def test_eviction_under_budget_walks_nothing_until_a_build_crosses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mat = materializer(tmp_path, LocalFetch())
+    walks: list[int] = []
+    walk = mat.cached
+
+    def counted() -> list[CachedFolder]:
+        walks.append(1)
+        return walk()
+
+    monkeypatch.setattr(mat, "cached", counted)
+    refs = [adapter_ref(tmp_path, "bot", n) for n in (1, 2, 3)]
+    folders = [await mat.materialize(ref) for ref in refs[:2]]
+    for age, folder in enumerate(folders):  # bot@1 older than bot@2
+        os.utime(folder, (1_000_000 + age, 1_000_000 + age))
+    size = sum(p.stat().st_size for p in folders[0].iterdir())
+    await mat.evict_disk(keep=set())  # the first call counts what is on disk
+    await mat.evict_disk(keep=set())
+    await mat.evict_disk(keep=set())
+    assert len(walks) == 1
+    mat.max_bytes = 2 * size + size // 2  # room for two folders, not three
+    await mat.materialize(refs[2])  # the running count crosses the budget: walk, evict
+    await mat.evict_disk(keep={"bot@3"})
+    assert len(walks) == 2
+    assert [mat.path_of(r) is not None for r in refs] == [False, True, True]
+
+
+async def test_the_disk_is_counted_again_after_recount_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(materialize, "RECOUNT_S", 0.0)
+    mat = materializer(tmp_path, LocalFetch())
+    folder = await mat.materialize(adapter_ref(tmp_path, "bot", 1))
+    await mat.evict_disk(keep=set())
+    shutil.copytree(folder, folder.parent / "2-added-by-hand")  # the count misses it
+    mat.max_bytes = sum(p.stat().st_size for p in folder.iterdir())
+    await mat.evict_disk(keep={"bot@2"})  # counted again: over budget, bot@1 goes
+    assert mat.path_of(adapter_ref(tmp_path, "bot", 1)) is None
