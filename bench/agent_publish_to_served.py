@@ -59,7 +59,7 @@ from bench.publish_timeline import COLUMNS, Push, cells, slowest, summarize
 from bench.stacks import StallDumps, recording, require_py_spy
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import OpenAIClient
-from devharness.testbed import E2E_TENANT, AgentProcess, Testbed
+from devharness.testbed import E2E_TENANT, AgentProcess, Testbed, metric
 from loraplane.client import AsyncRegistryClient
 from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, parse_event
 
@@ -201,6 +201,24 @@ async def measure(testbed: Testbed, folders: list[Path], args: argparse.Namespac
     return pushes[warmup:], prober
 
 
+# The push's two requests, as the registry's own latency histogram names them.
+PUSH_ROUTES = (("GET", "/v1/adapters/{name}"), ("POST", "/v1/adapters/{name}/versions"))
+
+
+def registry_times(before: str, after: str) -> dict[str, float | None]:
+    """The registry's own mean time (arrival to response start) of the push's requests
+    between two scrapes: what the client's time for them includes beyond the server."""
+    name = "loraplane_registry_request_seconds"
+    out: dict[str, float | None] = {}
+    for method, route in PUSH_ROUTES:
+        count = (metric(after, f"{name}_count", method=method, route=route)
+                 - metric(before, f"{name}_count", method=method, route=route))
+        total = (metric(after, f"{name}_sum", method=method, route=route)
+                 - metric(before, f"{name}_sum", method=method, route=route))
+        out[f"{method} {route}"] = round(total / count * 1000, 1) if count else None
+    return out
+
+
 def attach_marks(pushes: list[Push], events: EventTimes, log_text: str) -> None:
     adapter = events.adapter
     done = materialized(log_text, adapter)
@@ -265,8 +283,10 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
             stack.enter_context(recording(procs, args.py_spy))
             stalls = StallDumps(procs, args.py_spy / "stalls.txt",
                                 after_s=args.stall_ms / 1000)
+        registry_before = testbed.registry.metrics()
         with MachineLoad() as load:
             pushes, prober = asyncio.run(measure(testbed, folders, args, stalls, adapter))
+        served = registry_times(registry_before, testbed.registry.metrics())
     errors = log_lines(agent.log_text(), " WARNING ", " ERROR ")
     # Straight from S3 (the event's presigned URLs) or through the registry's 307.
     fetched = by_label(testbed.agents["a"].metrics(), "loraplane_agent_file_fetches_total",
@@ -276,7 +296,7 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
     summary.update(probe_requests=len(prober.latencies), probe_failures=prober.failures[:20],
                    probe_failure_count=len(prober.failures), agent_warnings=errors[:20],
                    slowest=slowest(pushes), stalls_dumped=stalls.stalls if stalls else None,
-                   file_fetches=fetched)
+                   file_fetches=fetched, registry_mean_ms=served)
     return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
             "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
             "pushes": [asdict(p) for p in pushes]}
@@ -295,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{summary['probe_failure_count']}; agent warnings/errors "
           f"{len(summary['agent_warnings'])}; files fetched by source "
           f"{summary['file_fetches']}")
+    print(f"the registry's own mean ms per request of a push: {summary['registry_mean_ms']}")
     print(f"slowest: {json.dumps(summary['slowest'])}")
     print(f"machine: {document['machine']}; database {document['database']}")
     print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")
