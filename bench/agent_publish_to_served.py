@@ -51,6 +51,7 @@ from bench.agent_setup import (
     log_lines,
     materialized,
     mean_event_delay,
+    renice,
     stage_totals,
     wait_served,
 )
@@ -252,12 +253,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "them while a push is slower than --stall-ms")
     parser.add_argument("--stall-ms", type=float, default=400.0,
                         help="with --py-spy: dump stacks once a push takes longer (400)")
+    parser.add_argument("--nice-vllm", type=int, default=None, metavar="N",
+                        help="run vLLM (all its processes and threads) at niceness N: "
+                             "what the push costs when vLLM's CPU engine does not crowd "
+                             "loraplane's processes out of the machine's cores")
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.pushes < 1 or args.warmup < 0 or args.probers < 1 or args.stall_ms <= 0:
         parser.error("--pushes, --probers and --stall-ms must be positive, "
                      "--warmup not negative")
+    if args.nice_vllm is not None and not 0 <= args.nice_vllm <= 19:
+        parser.error("--nice-vllm must be in 0..19")
     if args.py_spy is not None:
         require_py_spy()
     return args
@@ -274,6 +281,11 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
     """Measure on ``testbed`` (its agent ``a``) with a new adapter named ``adapter``."""
     commit = git_commit()  # before measuring: what this run's code was
     folders = make_folders(work / "adapters", 1 + args.warmup + args.pushes)
+    niced = None
+    if args.nice_vllm is not None:
+        pid = testbed.vllms["a"].pid
+        assert pid is not None
+        niced = renice(pid, args.nice_vllm)
     agent = testbed.agents["a"].process
     with contextlib.ExitStack() as stack:
         stalls = None
@@ -299,6 +311,7 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
                    file_fetches=fetched, registry_mean_ms=served)
     return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
             "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
+            "vllm_niceness": args.nice_vllm, "vllm_threads_reniced": niced,
             "pushes": [asdict(p) for p in pushes]}
 
 
@@ -317,7 +330,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{summary['file_fetches']}")
     print(f"the registry's own mean ms per request of a push: {summary['registry_mean_ms']}")
     print(f"slowest: {json.dumps(summary['slowest'])}")
-    print(f"machine: {document['machine']}; database {document['database']}")
+    print(f"machine: {document['machine']}; database {document['database']}; vLLM "
+          f"niceness {document['vllm_niceness']} ({document['vllm_threads_reniced']} threads)")
     print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")
     text = json.dumps(document, indent=2)
     if args.json_out is not None:

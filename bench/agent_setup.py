@@ -87,6 +87,36 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
         yield testbed
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The command name may hold spaces and parentheses: the ppid follows the last ")".
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def renice(pid: int, niceness: int) -> int:
+    """Give ``pid``, its descendants and all their threads ``niceness``; how many threads.
+
+    Linux applies a niceness per thread, and vLLM's engine and worker are processes
+    below its API server, each with threads of their own."""
+    done = 0
+    for process in descendants(pid):
+        for task in Path(f"/proc/{process}/task").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+                done += 1
+    return done
+
+
 class NodelayAgentProcess(AgentProcess):
     """An agent run through ``bench/agent_nodelay.py`` (TCP_NODELAY on its listener)."""
 
