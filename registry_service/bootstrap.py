@@ -90,6 +90,7 @@ def build_blobs(settings: RegistrySettings) -> BlobStore:
         stream_part_mb=settings.s3_stream_part_mb,
         stream_parts_in_flight=settings.s3_stream_parts_in_flight,
         create_bucket=settings.s3_create_bucket,
+        payload_signing=settings.s3_payload_signing,
         access_key=access.get_secret_value() if access else None,
         secret_key=secret.get_secret_value() if secret else None,
     )

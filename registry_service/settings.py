@@ -59,6 +59,9 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # the registry holds (in flight + 1) parts of memory per upload. S3's minimum is 5 MiB.
     s3_stream_part_mb: int = Field(default=5, ge=5, le=1024)
     s3_stream_parts_in_flight: int = Field(default=2, ge=1, le=32)
+    # SigV4 payload signing of uploads (a second sha256 of every byte): "auto" signs over
+    # plain http:// only (blobs/s3.py: signs_payload); "on" and "off" decide outright.
+    s3_payload_signing: Literal["auto", "on", "off"] = "auto"
 
     embedded_nats_port: int = Field(default=4223, ge=1, le=65535)
 

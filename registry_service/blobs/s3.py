@@ -117,12 +117,15 @@ def _client_config(
     )
 
 
-def signs_payload(endpoint_url: str | None) -> bool:
-    """Whether uploads sign their body's sha256 (SigV4 payload signing): over plain HTTP
-    only, where it is what keeps a body changed on the way from being stored. Over TLS
-    botocore would still hash every part for it, a second sha256 of each uploaded byte
-    (the registry hashes the stream itself); TLS protects the body in transit, and a blob
-    is named by its sha256, which every reader checks. ``None`` is AWS: HTTPS."""
+def signs_payload(endpoint_url: str | None, mode: str = "auto") -> bool:
+    """Whether uploads sign their body's sha256 (SigV4 payload signing). ``auto``: over
+    plain HTTP only, where it is what keeps a body changed on the way from being stored.
+    Over TLS botocore would still hash every part for it, a second sha256 of each
+    uploaded byte (the registry hashes the stream itself); TLS protects the body in
+    transit, and a blob is named by its sha256, which every reader checks. ``None`` is
+    AWS: HTTPS. ``on``/``off`` decide outright (``off`` over HTTP: a trusted network)."""
+    if mode != "auto":
+        return mode == "on"
     return endpoint_url is not None and not endpoint_url.lower().startswith("https://")
 
 
@@ -149,6 +152,7 @@ class S3BlobStore:
         upload_concurrency: int = 4,
         stream_part_mb: int = 5,
         stream_parts_in_flight: int = 2,
+        payload_signing: str = "auto",
     ) -> None:
         self.bucket = bucket
         self.region = region
@@ -173,7 +177,7 @@ class S3BlobStore:
             upload_read_timeout_s,
             upload_max_attempts,
             pool=max(10, upload_concurrency * 2),
-            sign_payload=signs_payload(endpoint_url),
+            sign_payload=signs_payload(endpoint_url, payload_signing),
         )
         self._upload_client: S3Client = session.client(
             "s3", endpoint_url=endpoint_url, config=upload_config

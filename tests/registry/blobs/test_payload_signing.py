@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
+from pydantic import ValidationError
 
 from devharness.services import SeaweedS3
 from registry_service.blobs import S3BlobStore
 from registry_service.blobs.s3 import signs_payload
+from registry_service.settings import RegistrySettings
 from tests.registry.blobs.conftest import s3_store_for
 
 BODY = b"weights" * 1000
@@ -58,11 +60,29 @@ def test_only_plain_http_signs_the_payload(endpoint: str | None, signed: bool) -
     assert signs_payload(endpoint) is signed
 
 
+@pytest.mark.parametrize("endpoint", ["http://s3.internal", "https://s3.internal", None])
+def test_the_setting_decides_outright(endpoint: str | None) -> None:
+    assert signs_payload(endpoint, "on") and not signs_payload(endpoint, "off")
+
+
+def test_the_setting_refuses_other_values() -> None:
+    with pytest.raises(ValidationError, match="s3_payload_signing"):
+        RegistrySettings(s3_payload_signing="sometimes")
+
+
 async def test_over_http_the_body_hash_is_signed(seaweed: SeaweedS3) -> None:
     store = s3_store_for(seaweed)
     sent = record_body_hashes(store, answer=False)
     await upload(store)  # SeaweedFS checks the signature, body hash included
     assert sent == [hashlib.sha256(BODY).hexdigest()]
+    assert await store.size(hashlib.sha256(BODY).hexdigest()) == len(BODY)
+
+
+async def test_off_sends_an_unsigned_body_that_the_store_takes(seaweed: SeaweedS3) -> None:
+    store = s3_store_for(seaweed, payload_signing="off")
+    sent = record_body_hashes(store, answer=False)
+    await upload(store)
+    assert sent == [UNSIGNED]
     assert await store.size(hashlib.sha256(BODY).hexdigest()) == len(BODY)
 
 
