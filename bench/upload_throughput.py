@@ -148,12 +148,14 @@ def worker_push(spec: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
-def _s3_config() -> Any:
+def _s3_config(sign_payload: bool = True) -> Any:
     from botocore.config import Config  # noqa: PLC0415
 
-    # As S3BlobStore configures its client (CRC trailers off, path-style addressing).
+    # As S3BlobStore configures its client (CRC trailers off, path-style addressing,
+    # payload signing as --payload-signing says for the registry's endpoint).
     return Config(signature_version="s3v4", region_name="us-east-1",
-                  s3={"addressing_style": "path"}, max_pool_connections=16,
+                  s3={"addressing_style": "path", "payload_signing_enabled": sign_payload},
+                  max_pool_connections=16,
                   request_checksum_calculation="when_required",
                   response_checksum_validation="when_required")
 
@@ -165,7 +167,7 @@ def worker_boto3(spec: dict[str, Any]) -> dict[str, Any]:
 
     client = boto3.session.Session().client(
         "s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["access_key"],
-        aws_secret_access_key=spec["secret_key"], config=_s3_config())
+        aws_secret_access_key=spec["secret_key"], config=_s3_config(spec["sign_payload"]))
     transfer = TransferConfig(multipart_threshold=PART_MIB * MIB,
                               multipart_chunksize=PART_MIB * MIB,
                               max_concurrency=UPLOAD_THREADS, use_threads=True)
@@ -239,7 +241,8 @@ def migrate_first(database_url: str) -> None:
 
 @contextmanager
 def registry_process(work: Path, svc: Services, size_bytes: int,
-                     parts_in_flight: int, part_mb: int) -> Iterator[Registry]:
+                     parts_in_flight: int, part_mb: int,
+                     payload_signing: str = "auto") -> Iterator[Registry]:
     limit = max(2 * 1024**3, size_bytes + 64 * MIB)
     migrate_first(svc.database_url)
     with running_registry(work / "registry", {
@@ -258,6 +261,7 @@ def registry_process(work: Path, svc: Services, size_bytes: int,
         "LORAPLANE_MAX_UPLOAD_BYTES": str(2 * limit),
         "LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT": str(parts_in_flight),
         "LORAPLANE_S3_STREAM_PART_MB": str(part_mb),
+        "LORAPLANE_S3_PAYLOAD_SIGNING": payload_signing,
     }) as registry:
         yield registry
 
@@ -295,14 +299,14 @@ def _s3_client(svc: Services) -> Any:
 
 
 def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
-               out_dir: Path) -> Sample:
+               out_dir: Path, sign_payload: bool = True) -> Sample:
     s3 = _s3_client(svc)
     key = f"raw/{run}/adapter_model.safetensors"
     with LatencyProbe(f"{registry.url}/healthz") as healthz:
         report, _ = run_worker("boto3", {
             "endpoint": svc.s3_endpoint, "access_key": svc.access_key,
             "secret_key": svc.secret_key, "bucket": "bench-raw", "key": key,
-            "file": str(weights)}, out_dir)
+            "file": str(weights), "sign_payload": sign_payload}, out_dir)
     size = weights.stat().st_size
     if report["stored_size"] != size:
         raise RuntimeError(f"raw upload stored {report['stored_size']} bytes, not {size}")
@@ -512,6 +516,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--parts-in-flight", type=int, default=2,
                         help="the registry's LORAPLANE_S3_STREAM_PARTS_IN_FLIGHT (default 2)")
+    parser.add_argument("--payload-signing", choices=("auto", "on", "off"), default="auto",
+                        help="the registry's LORAPLANE_S3_PAYLOAD_SIGNING, and whether the "
+                             "raw upload signs its payload likewise (default auto: over "
+                             "http://, as here, both sign)")
     parser.add_argument("--part-mb", type=int, default=5,
                         help="the registry's LORAPLANE_S3_STREAM_PART_MB (default 5)")
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
@@ -538,12 +546,16 @@ def run_uploads(args: argparse.Namespace, work: Path, adapter: Path) -> tuple[
     samples: list[Sample] = []
     profiled: Sample | None = None
     with services(work, args.db) as svc, registry_process(
-            work, svc, size, args.parts_in_flight, args.part_mb) as registry:
+            work, svc, size, args.parts_in_flight, args.part_mb,
+            args.payload_signing) as registry:
+        # The raw upload signs its payload exactly when the registry does.
+        from registry_service.blobs.s3 import signs_payload  # noqa: PLC0415 - boto3
+        signed = signs_payload(svc.s3_endpoint, args.payload_signing)
         _s3_client(svc).create_bucket(Bucket="bench-raw")
         for run in range(1, args.repeat + 1):
             shift = (run - 1) % len(kinds)
             for kind in kinds[shift:] + kinds[:shift]:
-                sample = (raw_upload(svc, registry, weights, run, work) if kind == RAW
+                sample = (raw_upload(svc, registry, weights, run, work, signed) if kind == RAW
                           else registry_upload(svc, registry, adapter, run, work,
                                                declared=kind == DECLARED))
                 samples.append(sample)
@@ -597,6 +609,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             summary["profiled_run"] = asdict(profiled)
         document = {"benchmark": "upload_throughput", "db": args.db, "commit": commit,
                     "machine": machine, "parts_in_flight": args.parts_in_flight,
+                    "payload_signing": args.payload_signing,
                     "part_mb": args.part_mb,
                     "adapter": {"layers": layers, "rank": RANK, "dtype": "float32",
                                 "safetensors_bytes": size, "total_bytes": total},
