@@ -75,19 +75,14 @@ async def store_blobs(blobs: BlobStore, files: list[ReceivedFile],
     key), one in staging is put. Both skip content already stored. The caller holds a
     lease on every digest, so the collector leaves them be.
 
-    The files are stored side by side (each is a round trip or more to the store), and
-    every one is waited for before a failure is raised: an abort must not race a finish
-    still under way in its thread."""
-    async def store(item: ReceivedFile) -> None:
+    One after the other: the first failure ends the upload at once. Side by side, a
+    store that hangs (a paused S3) held the answer for the slowest call's whole timeout,
+    and a finish still under way in its thread would race the abort."""
+    for item in files:
         if item.path is None:
             await streams[item.name].writer.finish(item.sha256, item.size)
         else:
             await blobs.put_file(item.sha256, item.path, item.size)
-
-    outcomes = await asyncio.gather(*(store(item) for item in files), return_exceptions=True)
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            raise outcome
 
 
 # The collector marks a blob for at most two minutes (blobs/gc.py: CLAIM_S).
