@@ -29,6 +29,7 @@ metadata it reads there.
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -101,28 +102,22 @@ class FileLinker:
     async def link_snapshot(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         """``snapshot`` (a ``DesiredState`` dumped for this response alone) with
         ``direct_url`` on each file, changed in place; unchanged if signing fails."""
-        lists = _snapshot_file_lists(snapshot)
-        signed = await self._sign(lists, "snapshots") if lists else None
-        if signed is not None:
-            for files in lists:
-                files[:] = _with_urls(files, signed)
+        await self._add_urls(_snapshot_file_lists(snapshot), "snapshots")
         return snapshot
 
     async def link(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """``payload`` with ``direct_url`` on each file; unchanged if signing fails."""
-        lists = _file_lists(payload)
-        if not lists:
-            return payload
-        signed = await self._sign(lists, "events")
-        if signed is None:
-            return payload
-        linked = dict(payload)
-        if isinstance(linked.get("files"), list):
-            linked["files"] = _with_urls(linked["files"], signed)
-        target = linked.get("target")
-        if isinstance(target, dict) and isinstance(target.get("files"), list):
-            linked["target"] = {**target, "files": _with_urls(target["files"], signed)}
+        """A copy of ``payload`` with ``direct_url`` on each file (the same if signing
+        fails). A copy: the payload shares its lists with the outbox row's JSON."""
+        linked = copy.deepcopy(payload)
+        await self._add_urls(_file_lists(linked), "events")
         return linked
+
+    async def _add_urls(self, lists: list[list[dict[str, Any]]], what: str) -> None:
+        """Sign every file of ``lists`` and set its URL, in place; nothing if it fails."""
+        signed = await self._sign(lists, what) if lists else None
+        if signed is not None:
+            for files in lists:
+                files[:] = _with_urls(files, signed)
 
 
 def _with_urls(files: list[dict[str, Any]], signed: Signed) -> list[dict[str, Any]]:

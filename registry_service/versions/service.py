@@ -183,18 +183,18 @@ async def _commit_version(
 ) -> UploadResult:
     """The version and its moves, with the upload's blob leases given back in the same
     commit: once the version references its blobs, the leases have nothing left to keep."""
-    shas = [item.sha256 for item in staged.files]
-    try:
+    async def commit() -> UploadResult:
         result = await _add_version(session, principal, name, staged, aliases, notes)
-        await leases.release(session, shas)
+        await leases.release(session, [item.sha256 for item in staged.files])
         await session.commit()
+        return result
+
+    try:
+        return await commit()
     except IntegrityError:
         # A concurrent identical upload won the race; ours is now a re-upload.
         await session.rollback()
-        result = await _add_version(session, principal, name, staged, aliases, notes)
-        await leases.release(session, shas)
-        await session.commit()
-    return result
+        return await commit()
 
 
 async def release_blobs(session: AsyncSession, files: list[ReceivedFile]) -> None:
