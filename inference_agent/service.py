@@ -32,7 +32,7 @@ from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.swap import Swapper
 from inference_agent.control.watchdir import WatchDirSource
 from inference_agent.control.workqueue import Backoff, WorkQueue
-from inference_agent.errors import AgentError, RegistryUnavailable
+from inference_agent.errors import AgentError, RegistryUnavailable, VllmUnavailable
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.credentials import (
@@ -358,14 +358,19 @@ class Agent:
                 await asyncio.sleep(delay)
 
     async def _first_snapshot(self, reconciler: Reconciler) -> DesiredState:
-        """The start-up snapshot; waits out a registry that is down, not a bad token."""
+        """The start-up snapshot; waits out a registry that is down, not a bad token.
+
+        vLLM answered once already, but a busy one can still time out the repair that
+        ends the snapshot (a hundred agents starting on one host): that is waited out
+        too, not the end of the agent. The snapshot is applied again on each try."""
         backoff: Backoff[str] = Backoff(self.settings.retry_base_s, self.settings.retry_max_s)
         while True:
             try:
                 return await reconciler.resync_all()
-            except RegistryUnavailable as exc:
+            except (RegistryUnavailable, VllmUnavailable) as exc:
                 delay = backoff.next_delay(ALL)
-                log.warning("registry not reachable (%s); retrying in %.1fs", exc.message,
+                which = "registry" if isinstance(exc, RegistryUnavailable) else "vLLM"
+                log.warning("%s not reachable (%s); retrying in %.1fs", which, exc.message,
                             delay)
                 await asyncio.sleep(delay)
 
