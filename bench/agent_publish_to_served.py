@@ -26,11 +26,12 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ from bench.agent_setup import (
     wait_served,
 )
 from bench.common import git_commit, table
-from bench.publish_timeline import COLUMNS, Push, cells, slowest, summarize
+from bench.publish_timeline import COLUMNS, Push, cells, slowest, slowest_requests, summarize
+from bench.sched_probe import PushProbe, SchedProbe, named, tree
 from bench.stacks import StallDumps, recording, require_py_spy
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import OpenAIClient
@@ -144,15 +146,17 @@ async def no_watch(_label: str, _started: float) -> AsyncIterator[None]:
 
 
 async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Prober,
-                    folder: Path, stalls: StallDumps | None) -> Push:
+                    folder: Path, stalls: StallDumps | None, inside: PushProbe) -> Push:
     """Push ``folder``; wait for its first response, then for the old version's unload."""
     text = agent.metrics()
     before, delays_before = stage_totals(text), event_delays(text)
     watch = stalls.watching if stalls is not None else no_watch
+    await inside.before()
     sent = time.time()
     async with watch(folder.name, sent):
         pushed = await api.push(prober.model, folder)
         answered = time.time()
+        await inside.answered()
         name = f"{prober.model}@{pushed.version}"
         first = await prober.wait_for(name, SERVED_TIMEOUT_S)
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
@@ -165,7 +169,17 @@ async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Probe
     push = Push(pushed.version, sent, answered, first, prober.first_sent[name], delta.sums,
                 delta.counts)
     push.event_delay_s = mean_event_delay(delays_before, event_delays(text))
+    push.registry_phases, push.sched = await inside.phases(), inside.request
     return push
+
+
+def sched_groups(testbed: Testbed) -> dict[str, Callable[[], list[int]]]:
+    """The processes a push request passes through or competes with for the cores."""
+    return {"registry": tree(testbed.registry.process.pid),
+            "postgres": lambda: named("postgres"), "seaweedfs": lambda: named("weed"),
+            "nats": lambda: named("nats-server"),
+            "agent": tree(testbed.agents["a"].process.pid),
+            "vllm": tree(testbed.vllms["a"].pid), "bench": lambda: [os.getpid()]}
 
 
 def make_folders(work: Path, count: int) -> list[Path]:
@@ -176,6 +190,7 @@ def make_folders(work: Path, count: int) -> list[Path]:
 async def measure(testbed: Testbed, folders: list[Path], args: argparse.Namespace,
                   stalls: StallDumps | None, adapter: str) -> tuple[list[Push], Prober]:
     agent, warmup = testbed.agents["a"], args.warmup
+    inside = PushProbe(testbed.registry.metrics, SchedProbe(sched_groups(testbed)))
     events = EventTimes(adapter)
     await events.start(testbed.nats.url)
     async with AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token,
@@ -190,7 +205,7 @@ async def measure(testbed: Testbed, folders: list[Path], args: argparse.Namespac
             pushes = []
             for index, folder in enumerate(folders[1:]):
                 push = await push_once(api, agent, prober, folder,
-                                       stalls if index >= warmup else None)
+                                       stalls if index >= warmup else None, inside)
                 print(f"  push {index + 1 - warmup:3d}: v{push.version} served after "
                       f"{push.total_s * 1000:.0f} ms", file=sys.stderr)
                 pushes.append(push)
@@ -307,7 +322,8 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
     summary["rows"]["(one probe request, for reference)"] = cells(prober.latencies)
     summary.update(probe_requests=len(prober.latencies), probe_failures=prober.failures[:20],
                    probe_failure_count=len(prober.failures), agent_warnings=errors[:20],
-                   slowest=slowest(pushes), stalls_dumped=stalls.stalls if stalls else None,
+                   slowest=slowest(pushes), slowest_requests=slowest_requests(pushes),
+                   stalls_dumped=stalls.stalls if stalls else None,
                    file_fetches=fetched, registry_mean_ms=served)
     return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
             "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
@@ -330,6 +346,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{summary['file_fetches']}")
     print(f"the registry's own mean ms per request of a push: {summary['registry_mean_ms']}")
     print(f"slowest: {json.dumps(summary['slowest'])}")
+    print(f"slowest push requests, inside: {json.dumps(summary['slowest_requests'])}")
     print(f"machine: {document['machine']}; database {document['database']}; vLLM "
           f"niceness {document['vllm_niceness']} ({document['vllm_threads_reniced']} threads)")
     print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")

@@ -58,6 +58,10 @@ class Push:
     materialized: float | None = None
     flipped: float | None = None
     event_delay_s: float | None = None
+    # Inside the push request (bench/sched_probe.py): the registry's upload phases (ms),
+    # and per process group its CPU and run-queue ms from sent to answered.
+    registry_phases: dict[str, float] | None = None
+    sched: dict[str, dict[str, float]] | None = None
 
     @property
     def total_s(self) -> float:
@@ -111,6 +115,7 @@ def summarize(pushes: list[Push]) -> dict[str, Any]:
     for stage in ("drain", "unload"):
         rows[f"({stage} of the old version, after the flip)"] = cells(
             [p.stages[stage] for p in pushes])
+    rows.update(inside_rows(pushes))
     odd = [p.version for p in pushes if any(p.stage_counts[s] != 1 for s in
                                             ("fetch", "validate", "load", "flip"))]
     return {"pushes": len(pushes), "split": len(split), "rows": rows,
@@ -125,3 +130,30 @@ def slowest(pushes: list[Push], count: int = 5) -> list[dict[str, Any]]:
         out.append({"version": push.version, "total_ms": round(push.total_s * 1000, 1),
                     **{k: round(v * 1000, 1) for k, v in split.items()}})
     return out
+
+
+def slowest_requests(pushes: list[Push], count: int = 8) -> list[dict[str, Any]]:
+    """The slowest push requests (sent -> answered), each with the registry's phases and
+    the run-queue wait of every process group: what a slow push waited for."""
+    out = []
+    for push in sorted(pushes, key=lambda p: p.answered - p.sent, reverse=True)[:count]:
+        sched = push.sched or {}
+        out.append({"version": push.version,
+                    "request_ms": round((push.answered - push.sent) * 1000, 1),
+                    "phases_ms": push.registry_phases,
+                    "run_queue_ms": {k: v["run_queue_ms"] for k, v in sched.items()},
+                    "cpu_ms": {k: v["cpu_ms"] for k, v in sched.items()}})
+    return out
+
+
+def inside_rows(pushes: list[Push]) -> dict[str, list[str]]:
+    """Per registry phase and per process group's run-queue wait, over the pushes."""
+    rows: dict[str, list[str]] = {}
+    phased = [p.registry_phases for p in pushes if p.registry_phases]
+    for phase in (phased[0] if phased else {}):
+        rows[f"(registry's {phase} phase)"] = cells([ph[phase] / 1000 for ph in phased])
+    scheds = [p.sched for p in pushes if p.sched]
+    for group in (scheds[0] if scheds else {}):
+        rows[f"({group}: waiting for a CPU during the push request)"] = cells(
+            [s[group]["run_queue_ms"] / 1000 for s in scheds])
+    return rows

@@ -62,6 +62,13 @@ class RegistryMetrics:
         self.uploads_refused = Counter(
             "loraplane_registry_uploads_refused_total", "Uploads refused, by reason",
             ["code"], registry=self.registry)
+        # Where an upload's time goes, so that a slow push can be split on a live registry.
+        self.upload_phase = Histogram(
+            "loraplane_registry_upload_phase_seconds",
+            "Time an upload spends in each phase: admit (caller and adapter checked), "
+            "receive (body streamed in), validate, lease (blob leases taken), store "
+            "(blobs stored), commit (version, event and alias moves)",
+            ["phase"], buckets=_PUBLISH_BUCKETS, registry=self.registry)
 
     def _outbox(self) -> None:
         self.events_published = Counter(

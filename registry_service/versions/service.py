@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -118,7 +117,7 @@ async def publish_version(
     """
     try:
         result = await _admit(session, principal, name, blobs=blobs, settings=settings,
-                              body=body, slots=slots, on_bytes=metrics.upload_bytes.inc)
+                              body=body, slots=slots, metrics=metrics)
     except (RegistryError, AdapterInvalid) as exc:
         metrics.uploads_refused.labels(exc.code).inc()
         metrics.uploads.labels("refused").inc()
@@ -132,41 +131,46 @@ async def publish_version(
 async def _admit(
     session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
     settings: RegistrySettings, body: UploadBody, slots: UploadSlots,
-    on_bytes: Callable[[int], None],
+    metrics: RegistryMetrics,
 ) -> UploadResult:
     """The caller is checked before the body is read, so a refused upload is not
     streamed to disk first; one over its token's uploads in flight is refused then too."""
-    principal.require(Role.PUBLISHER)
-    base_model = (await get_visible_adapter(session, principal, name)).base_model
-    # Hold no transaction (on SQLite: no write lock) while the body streams in.
-    await session.rollback()
+    with metrics.upload_phase.labels("admit").time():
+        principal.require(Role.PUBLISHER)
+        base_model = (await get_visible_adapter(session, principal, name)).base_model
+        # Hold no transaction (on SQLite: no write lock) while the body streams in.
+        await session.rollback()
     with slots.hold(principal.token_id, settings.max_uploads_per_token):
         return await _publish(session, principal, name, blobs=blobs, settings=settings,
-                              body=body, base_model=base_model, on_bytes=on_bytes)
+                              body=body, base_model=base_model, metrics=metrics)
 
 
 async def _publish(
     session: AsyncSession, principal: Principal, name: str, *, blobs: BlobStore,
     settings: RegistrySettings, body: UploadBody, base_model: str,
-    on_bytes: Callable[[int], None],
+    metrics: RegistryMetrics,
 ) -> UploadResult:
     limits = UploadLimits(settings.max_file_bytes, settings.max_upload_bytes)
     stream = StreamTarget(blobs.open_writer, settings.max_header_bytes)
+    phase = metrics.upload_phase.labels
     async with staging_area(settings.staging_dir) as staging:
-        with local_disk_errors():
-            upload = await receive_upload(body, staging, limits, on_bytes=on_bytes,
-                                          stream=stream)
+        with local_disk_errors(), phase("receive").time():
+            upload = await receive_upload(body, staging, limits,
+                                          on_bytes=metrics.upload_bytes.inc, stream=stream)
         try:
-            with local_disk_errors():
+            with local_disk_errors(), phase("validate").time():
                 aliases = parse_aliases(upload.fields.get("aliases"))
                 staged = await stage_version(upload, staging, settings, base_model)
             notes = upload.fields.get("notes", "")
-            await lease_blobs(session, staged.files, settings)
+            with phase("lease").time():
+                await lease_blobs(session, staged.files, settings)
             committed = False
             try:
-                await store_blobs(blobs, staged.files, upload.streams)
-                result = await _commit_version(session, principal, name, staged, aliases,
-                                               notes)
+                with phase("store").time():
+                    await store_blobs(blobs, staged.files, upload.streams)
+                with phase("commit").time():
+                    result = await _commit_version(session, principal, name, staged,
+                                                   aliases, notes)
                 committed = True  # the commit gave the leases back
                 return result
             finally:

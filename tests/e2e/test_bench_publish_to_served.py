@@ -15,6 +15,7 @@ import pytest
 
 from bench.agent_publish_to_served import parse_args, render, run_on
 from bench.publish_timeline import PARTS, Push
+from bench.sched_probe import UPLOAD_PHASES
 from devharness.testbed import Testbed
 from tests.e2e.steps import delete_adapter
 
@@ -53,6 +54,13 @@ def test_the_publish_to_served_benchmark_splits_every_push(testbed: Testbed, uni
         assert all(a <= b + LOG_SLACK_S for a, b in itertools.pairwise(marks)), raw
         assert min(parts[p] for p in ("fetch", "validate", "load", "flip")) > 0, parts
         assert parts["routed -> first response"] > 0, parts
+        # Inside the request: the registry's phases fit in it, and the registry ran.
+        phases, sched = push.registry_phases, push.sched
+        assert phases is not None and list(phases) == list(UPLOAD_PHASES), raw
+        assert 0 < sum(phases.values()) <= (push.answered - push.sent) * 1000 + 1, raw
+        assert sched is not None and sched["registry"]["cpu_ms"] > 0, raw
+        assert all(v["run_queue_ms"] >= 0 for v in sched.values()), raw
     table = render(summary)
     assert all(part in table for part in PARTS)
+    assert "(registry's store phase)" in table and len(summary["slowest_requests"]) == 3
     assert len(document["commit"]) == 40 and document["database"] == "postgres"

@@ -30,6 +30,7 @@ MOVED_BY = {
     "request_seconds": "test_requests_and_latency_count_each_request",
     "upload_bytes": "test_an_upload_counts_its_bytes_and_a_new_version",
     "versions_created": "test_an_upload_counts_its_bytes_and_a_new_version",
+    "upload_phase_seconds": "test_an_upload_times_each_of_its_phases",
     "uploads_refused": "test_refused_uploads_are_counted_by_their_code",
     "events_published": "test_the_relay_counts_published_events",
     "outbox_pending": "test_a_nats_outage_shows_pending_rows_and_relay_errors",
@@ -112,6 +113,29 @@ async def test_an_upload_counts_its_bytes_and_a_new_version(
     assert await read(registry, "versions_created_total") == created + 1
     for outcome, count in outcomes.items():
         assert await read(registry, "uploads_total", outcome=outcome) == count + 1
+
+
+PHASES = ("admit", "receive", "validate", "lease", "store", "commit")
+
+
+async def test_an_upload_times_each_of_its_phases(
+    served: RegistryHarness, tmp_path: Path,
+) -> None:
+    registry = served
+    await registry.create_adapter("bot")
+    folder = make_adapter(tmp_path / "a", seed=1)
+    counts = {p: await read(registry, "upload_phase_seconds_count", phase=p) for p in PHASES}
+    sums = {p: await read(registry, "upload_phase_seconds_sum", phase=p) for p in PHASES}
+    assert (await upload_dir(registry, "bot", folder)).status_code == 201
+    for phase in PHASES:
+        assert await read(registry, "upload_phase_seconds_count", phase=phase) \
+            == counts[phase] + 1, phase
+        assert await read(registry, "upload_phase_seconds_sum", phase=phase) > sums[phase]
+    # A refused upload records the phases it reached, and no later one.
+    config = [("files", ("adapter_config.json", (folder / "adapter_config.json").read_bytes()))]
+    assert (await upload(registry, "bot", config)).status_code == 422
+    reached = {p: await read(registry, "upload_phase_seconds_count", phase=p) for p in PHASES}
+    assert [reached[p] - counts[p] for p in PHASES] == [2, 2, 2, 1, 1, 1]
 
 
 async def test_refused_uploads_are_counted_by_their_code(

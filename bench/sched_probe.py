@@ -1,0 +1,114 @@
+"""Where a slow request's wall time went, process by process, from the kernel's own
+per-thread accounting (``/proc/<pid>/task/<tid>/schedstat``: time on a CPU, and time
+runnable but waiting for one).
+
+A request's wall time is the time its threads ran, the time they waited for a CPU
+(the run queue: other processes had the cores), and the time they waited on something
+else (a socket, a disk, a lock). Read before and after a push, the difference says,
+for the registry and for everything it waits on, how much of the push was spent
+queued behind other work on this machine's two cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.agent_setup import descendants
+from devharness.testbed import metric
+
+
+@dataclass(frozen=True)
+class Sched:
+    """Nanoseconds summed over every thread of a group of processes."""
+
+    on_cpu: int = 0
+    waiting: int = 0
+
+    def minus(self, earlier: Sched) -> Sched:
+        return Sched(self.on_cpu - earlier.on_cpu, self.waiting - earlier.waiting)
+
+
+def thread_sched(pids: list[int]) -> Sched:
+    """The sum over every thread of ``pids``. A thread that ended between two reads
+    takes its counts with it, so a group's difference is a lower bound."""
+    on_cpu = waiting = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = (task / "schedstat").read_text().split()
+                on_cpu += int(fields[0])
+                waiting += int(fields[1])
+    return Sched(on_cpu, waiting)
+
+
+def named(command: str) -> list[int]:
+    """Every process whose command name (``/proc/<pid>/comm``) is ``command``."""
+    found = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError, ValueError):
+            if comm.read_text().strip() == command:
+                found.append(int(comm.parent.name))
+    return found
+
+
+def tree(pid: int | None) -> Callable[[], list[int]]:
+    """``pid`` and its descendants, looked up again at each read."""
+    return lambda: [] if pid is None else descendants(pid)
+
+
+class SchedProbe:
+    """Reads every group's totals at once; ``groups`` names a way to find each one's
+    processes (looked up at each read: Postgres starts a backend per connection)."""
+
+    def __init__(self, groups: dict[str, Callable[[], list[int]]]) -> None:
+        self.groups = groups
+
+    def read(self) -> dict[str, Sched]:
+        return {name: thread_sched(find()) for name, find in self.groups.items()}
+
+
+def difference(after: dict[str, Sched], before: dict[str, Sched]) -> dict[str, dict[str, float]]:
+    """Per group, ms on a CPU and ms waiting for one between two reads."""
+    out = {}
+    for name, late in after.items():
+        delta = late.minus(before.get(name, Sched()))
+        out[name] = {"cpu_ms": round(delta.on_cpu / 1e6, 1),
+                     "run_queue_ms": round(delta.waiting / 1e6, 1)}
+    return out
+
+
+UPLOAD_PHASES = ("admit", "receive", "validate", "lease", "store", "commit")
+_PHASE_SUM = "loraplane_registry_upload_phase_seconds_sum"
+
+
+def phase_sums(metrics_text: str) -> dict[str, float]:
+    return {p: metric(metrics_text, _PHASE_SUM, phase=p) for p in UPLOAD_PHASES}
+
+
+class PushProbe:
+    """One push request seen from inside: the registry's own upload phases (its
+    ``upload_phase_seconds``, read before and after) and every group's CPU and
+    run-queue time between the push being sent and answered. Reads run in a thread,
+    so the bench's loop (and its probers' clocks) does not stall on them."""
+
+    def __init__(self, registry_metrics: Callable[[], str], sched: SchedProbe) -> None:
+        self._metrics, self._sched = registry_metrics, sched
+        self._phases: dict[str, float] = {}
+        self._sent: dict[str, Sched] = {}
+        self.request: dict[str, dict[str, float]] = {}
+
+    async def before(self) -> None:
+        self._phases = phase_sums(await asyncio.to_thread(self._metrics))
+        self._sent = await asyncio.to_thread(self._sched.read)
+
+    async def answered(self) -> None:
+        self.request = difference(await asyncio.to_thread(self._sched.read), self._sent)
+
+    async def phases(self) -> dict[str, float]:
+        """Per phase, ms of this push (pushes are sequential)."""
+        after = phase_sums(await asyncio.to_thread(self._metrics))
+        return {p: round((after[p] - self._phases[p]) * 1000, 1) for p in UPLOAD_PHASES}
