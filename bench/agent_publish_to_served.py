@@ -52,6 +52,7 @@ from bench.agent_setup import (
     log_lines,
     materialized,
     mean_event_delay,
+    pin_cpus,
     renice,
     stage_totals,
     wait_served,
@@ -253,6 +254,18 @@ def render(summary: dict[str, Any]) -> str:
     return table(["part", *COLUMNS], rows)
 
 
+def cpu_list(text: str) -> set[int]:
+    """``--vllm-cpus``: comma-separated CPU numbers this process may use."""
+    try:
+        cpus = {int(part) for part in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of CPU numbers: {text!r}") from None
+    if not cpus <= os.sched_getaffinity(0):
+        raise argparse.ArgumentTypeError(
+            f"CPUs {sorted(cpus)} are not all among {sorted(os.sched_getaffinity(0))}")
+    return cpus
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--pushes", type=int, default=200,
@@ -272,6 +285,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="run vLLM (all its processes and threads) at niceness N: "
                              "what the push costs when vLLM's CPU engine does not crowd "
                              "loraplane's processes out of the machine's cores")
+    parser.add_argument("--vllm-cpus", type=cpu_list, default=None, metavar="LIST",
+                        help="keep vLLM (all its processes and threads) on these CPUs, "
+                             "e.g. 1: what the push costs when the model's compute is off "
+                             "the cores loraplane runs on, as on a GPU host")
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -296,11 +313,13 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
     """Measure on ``testbed`` (its agent ``a``) with a new adapter named ``adapter``."""
     commit = git_commit()  # before measuring: what this run's code was
     folders = make_folders(work / "adapters", 1 + args.warmup + args.pushes)
-    niced = None
+    niced = pinned = None
+    pid = testbed.vllms["a"].pid
+    assert pid is not None
     if args.nice_vllm is not None:
-        pid = testbed.vllms["a"].pid
-        assert pid is not None
         niced = renice(pid, args.nice_vllm)
+    if args.vllm_cpus is not None:
+        pinned = pin_cpus(pid, args.vllm_cpus)
     agent = testbed.agents["a"].process
     with contextlib.ExitStack() as stack:
         stalls = None
@@ -328,6 +347,7 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
     return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
             "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
             "vllm_niceness": args.nice_vllm, "vllm_threads_reniced": niced,
+            "vllm_cpus": sorted(args.vllm_cpus or []), "vllm_threads_pinned": pinned,
             "pushes": [asdict(p) for p in pushes]}
 
 
@@ -348,7 +368,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"slowest: {json.dumps(summary['slowest'])}")
     print(f"slowest push requests, inside: {json.dumps(summary['slowest_requests'])}")
     print(f"machine: {document['machine']}; database {document['database']}; vLLM "
-          f"niceness {document['vllm_niceness']} ({document['vllm_threads_reniced']} threads)")
+          f"niceness {document['vllm_niceness']} ({document['vllm_threads_reniced']} threads), "
+          f"CPUs {document['vllm_cpus'] or 'all'} ({document['vllm_threads_pinned']} threads)")
     print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")
     text = json.dumps(document, indent=2)
     if args.json_out is not None:

@@ -117,6 +117,20 @@ def renice(pid: int, niceness: int) -> int:
     return done
 
 
+def pin_cpus(pid: int, cpus: set[int]) -> int:
+    """Keep ``pid``, its descendants and all their threads on ``cpus``; how many threads.
+
+    What a GPU host looks like to the rest of the stack: the model's compute off the
+    cores the registry, agent and services run on (here: off one of the two)."""
+    done = 0
+    for process in descendants(pid):
+        for task in Path(f"/proc/{process}/task").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), cpus)
+                done += 1
+    return done
+
+
 class NodelayAgentProcess(AgentProcess):
     """An agent run through ``bench/agent_nodelay.py`` (TCP_NODELAY on its listener)."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import os
@@ -19,6 +21,8 @@ from typing import Any, Self
 import httpx
 
 from devharness.processes import http_probe
+from devharness.services import PostgresDatabase, start_s3_and_nats
+from devharness.testbed import RegistryProcess, S3Bucket
 from loraplane.netutil import free_port
 from loraplane.process import ChildProcess
 
@@ -354,3 +358,19 @@ def running_registry(data_dir: Path, settings_env: dict[str, str], *,
         process.wait_ready(http_probe(f"{registry.url}/readyz"), startup_timeout_s,
                            interval_s=0.2)
         yield registry
+
+
+def registry_alone(stack: contextlib.ExitStack, work: Path, bucket: str) -> RegistryProcess:
+    """``loraplane registry serve`` on a fresh Postgres database, SeaweedFS and a
+    ``nats-server``, each a process of its own, started and migrated; ``stack`` stops
+    them and drops the database. Returns the ``RegistryProcess``."""
+    s3, nats = start_s3_and_nats(stack, work)
+    database = PostgresDatabase()
+    asyncio.run(database.create())
+    stack.callback(lambda: asyncio.run(database.drop()))
+    registry = RegistryProcess(work / "registry", database_url=database.url,
+                               nats_url=nats.url, blobs=S3Bucket(s3, bucket))
+    registry.migrate()
+    stack.callback(registry.stop)
+    registry.start()
+    return registry

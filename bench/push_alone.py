@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent_setup import BASE_MODEL, MachineLoad
-from bench.common import git_commit, percentile, record, table
+from bench.common import git_commit, percentile, record, registry_alone, table
 from devharness.adapters import ATTENTION_MODULES, make_adapter
-from devharness.services import PostgresDatabase, start_s3_and_nats
-from devharness.testbed import E2E_TENANT, RegistryProcess, S3Bucket
+from devharness.testbed import E2E_TENANT
 from loraplane.client import AsyncRegistryClient
 
 ADAPTER = "alone"
@@ -65,15 +64,7 @@ def measure(work: Path, pushes: int, warmup: int, busy: int) -> tuple[list[float
                             targets=ATTENTION_MODULES, base_model=BASE_MODEL,
                             seed=SEED_BASE + i) for i in range(warmup + pushes)]
     with contextlib.ExitStack() as stack:
-        s3, nats = start_s3_and_nats(stack, work)
-        database = PostgresDatabase()
-        asyncio.run(database.create())
-        stack.callback(lambda: asyncio.run(database.drop()))
-        registry = RegistryProcess(work / "registry", database_url=database.url,
-                                   nats_url=nats.url, blobs=S3Bucket(s3, "push-alone"))
-        registry.migrate()
-        stack.callback(registry.stop)
-        registry.start()
+        registry = registry_alone(stack, work, "push-alone")
         with busy_loops(busy), MachineLoad() as load:
             times = asyncio.run(push_all(registry.url, registry.admin_token, folders))
     return times[warmup:], load.summary

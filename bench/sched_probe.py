@@ -60,15 +60,23 @@ def tree(pid: int | None) -> Callable[[], list[int]]:
     return lambda: [] if pid is None else descendants(pid)
 
 
+Groups = dict[str, list[int]]
+
+
 class SchedProbe:
     """Reads every group's totals at once; ``groups`` names a way to find each one's
-    processes (looked up at each read: Postgres starts a backend per connection)."""
+    processes. Finding them walks /proc, so it is done once (``find``) before what is
+    measured, and each ``read`` opens only those processes' schedstat files."""
 
     def __init__(self, groups: dict[str, Callable[[], list[int]]]) -> None:
         self.groups = groups
 
-    def read(self) -> dict[str, Sched]:
-        return {name: thread_sched(find()) for name, find in self.groups.items()}
+    def find(self) -> Groups:
+        return {name: find() for name, find in self.groups.items()}
+
+    @staticmethod
+    def read(found: Groups) -> dict[str, Sched]:
+        return {name: thread_sched(pids) for name, pids in found.items()}
 
 
 def difference(after: dict[str, Sched], before: dict[str, Sched]) -> dict[str, dict[str, float]]:
@@ -98,15 +106,19 @@ class PushProbe:
     def __init__(self, registry_metrics: Callable[[], str], sched: SchedProbe) -> None:
         self._metrics, self._sched = registry_metrics, sched
         self._phases: dict[str, float] = {}
+        self._found: Groups = {}
         self._sent: dict[str, Sched] = {}
         self.request: dict[str, dict[str, float]] = {}
 
     async def before(self) -> None:
         self._phases = phase_sums(await asyncio.to_thread(self._metrics))
-        self._sent = await asyncio.to_thread(self._sched.read)
+        # Postgres keeps its pooled connections' backends: found once per push is enough.
+        self._found = await asyncio.to_thread(self._sched.find)
+        self._sent = await asyncio.to_thread(self._sched.read, self._found)
 
     async def answered(self) -> None:
-        self.request = difference(await asyncio.to_thread(self._sched.read), self._sent)
+        after = await asyncio.to_thread(self._sched.read, self._found)
+        self.request = difference(after, self._sent)
 
     async def phases(self) -> dict[str, float]:
         """Per phase, ms of this push (pushes are sequential)."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
+from pydantic import TypeAdapter
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -56,13 +58,21 @@ def _check_report(agent_id: str, status: AgentStatus) -> None:
                            code="status_too_large", detail={"entries": entries})
 
 
-def _apply(row: AgentRow, status: AgentStatus, now: datetime) -> None:
-    stored = AgentStatus.model_validate(row.status)
+_TIME = TypeAdapter(datetime)
+
+
+def _apply(row: AgentRow, status: AgentStatus, now: datetime) -> bool:
+    """Store ``status`` unless the row holds a newer one; whether it was stored."""
+    # Only the stored report's time is read: validating the whole of it (hundreds of
+    # entries) cost more than the rest of a report's handling.
+    stored_time = _TIME.validate_python(row.status["time"])
     # Retried requests can arrive out of order; an older report never replaces a newer.
     # A row stored before times were capped may lie in the future: it counts as now.
-    if _utc(status.time) >= min(_utc(stored.time), now):
-        row.base_model = status.base_model
-        row.status = status.model_dump(mode="json")
+    if _utc(status.time) < min(_utc(stored_time), now):
+        return False
+    row.base_model = status.base_model
+    row.status = status.model_dump(mode="json")
+    return True
 
 
 def _was_live(row: AgentRow | None, base_model: str, since: datetime) -> bool:
@@ -70,11 +80,15 @@ def _was_live(row: AgentRow | None, base_model: str, since: datetime) -> bool:
             and _utc(row.last_seen_at) >= since)
 
 
+class Upserted(NamedTuple):
+    row: AgentRow
+    was_live: bool  # of the report's base model, before this report
+    status: AgentStatus  # the report the row holds now: this one, unless it held a newer
+
+
 async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
-                              stale_after_s: float = DEFAULT_STALE_AFTER_S
-                              ) -> tuple[AgentRow, bool]:
-    """Store a report and mark the agent seen now; the caller commits. Returns the row
-    and whether the agent was live (of the report's base model) before it.
+                              stale_after_s: float = DEFAULT_STALE_AFTER_S) -> Upserted:
+    """Store a report and mark the agent seen now; the caller commits.
 
     Also the entry point for reports that arrive some other way than HTTP. The report's
     time is capped at the registry's clock: an agent whose clock runs ahead would
@@ -88,31 +102,32 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
     since = now - timedelta(seconds=stale_after_s)
     was_live = _was_live(row, status.base_model, since)
     if row is not None:
-        _apply(row, status, now)
+        stored = _apply(row, status, now)
     else:
-        row = await _insert_agent(session, status, now)
+        row, stored = await _insert_agent(session, status, now)
     # A second more than the window: stale whatever clock reading compares it next.
     row.last_seen_at = (now if not status.leaving
                         else min(_utc(row.last_seen_at), since - timedelta(seconds=1)))
-    return row, was_live
+    return Upserted(row, was_live,
+                    status if stored else AgentStatus.model_validate(row.status))
 
 
 async def _insert_agent(session: AsyncSession, status: AgentStatus,
-                        now: datetime) -> AgentRow:
+                        now: datetime) -> tuple[AgentRow, bool]:
+    """The new row, and whether it holds ``status`` (see ``_apply``)."""
     try:
         async with session.begin_nested():
             row = AgentRow(agent_id=status.agent_id, base_model=status.base_model,
                            status=status.model_dump(mode="json"))
             session.add(row)
-        return row
+        return row, True
     except IntegrityError:
         # Its first two reports raced; the other one inserted the row.
         existing = await session.get(AgentRow, status.agent_id, with_for_update=True,
                                      populate_existing=True)
         if existing is None:
             raise
-        _apply(existing, status, now)
-        return existing
+        return existing, _apply(existing, status, now)
 
 
 async def _bind_agent_token(session: AsyncSession, principal: Principal,
@@ -122,8 +137,10 @@ async def _bind_agent_token(session: AsyncSession, principal: Principal,
     Admins may report for any agent. The binding is in the caller's transaction, so a
     refused or failed report binds nothing.
     """
-    if principal.role is not Role.AGENT:
-        return
+    if principal.role is not Role.AGENT or principal.agent_id == agent_id:
+        return  # an admin, or a token bound to this agent already: nothing to write
+    if principal.agent_id is not None:
+        _refuse_binding(agent_id, principal.agent_id)
     # One conditional UPDATE: of two first reports racing, one binds and the other sees it.
     await session.execute(
         update(ApiToken).where(ApiToken.id == principal.token_id, ApiToken.agent_id.is_(None))
@@ -131,9 +148,13 @@ async def _bind_agent_token(session: AsyncSession, principal: Principal,
     bound = await session.scalar(select(ApiToken.agent_id)
                                  .where(ApiToken.id == principal.token_id))
     if bound != agent_id:
-        raise Forbidden(f"this agent token reports for agent {bound!r} only",
-                        code="agent_id_forbidden",
-                        detail={"agent_id": agent_id, "token_agent_id": bound})
+        _refuse_binding(agent_id, bound)
+
+
+def _refuse_binding(agent_id: str, bound: str | None) -> None:
+    raise Forbidden(f"this agent token reports for agent {bound!r} only",
+                    code="agent_id_forbidden",
+                    detail={"agent_id": agent_id, "token_agent_id": bound})
 
 
 FleetNote = Callable[[str, list[str]], None]
@@ -148,7 +169,8 @@ async def report_status(
     principal.require(Role.AGENT)
     _check_report(agent_id, status)
     await _bind_agent_token(session, principal, agent_id)
-    row, was_live = await upsert_agent_status(session, status, stale_after_s=stale_after_s)
+    row, was_live, stored = await upsert_agent_status(session, status,
+                                                      stale_after_s=stale_after_s)
     changed: list[str] | None = None
     if was_live == status.leaving:  # joined, or left
         changed = await live_agent_ids(session, status.base_model, stale_after_s=stale_after_s)
@@ -158,8 +180,7 @@ async def report_status(
     await session.commit()
     if changed is not None and fleet_note is not None:
         fleet_note(status.base_model, changed)
-    return _out(row, AgentStatus.model_validate(row.status), now=utcnow(),
-                stale_after_s=stale_after_s)
+    return _out(row, stored, now=utcnow(), stale_after_s=stale_after_s)
 
 
 def _out(row: AgentRow, status: AgentStatus, *, now: datetime,

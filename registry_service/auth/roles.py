@@ -19,6 +19,8 @@ class Principal:
     role: Role
     tenant_id: int | None
     tenant: str | None
+    # The agent an agent token reports for, once bound (see agents/service.py).
+    agent_id: str | None = None
 
     @property
     def is_global(self) -> bool:

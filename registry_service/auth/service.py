@@ -44,6 +44,7 @@ def principal_of(token: ApiToken) -> Principal:
         role=Role(token.role),
         tenant_id=token.tenant_id,
         tenant=token.tenant.name if token.tenant else None,
+        agent_id=token.agent_id,
     )
 
 
