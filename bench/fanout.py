@@ -37,11 +37,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from bench.common import cpu_seconds, git_commit, machine_summary, percentile
 from bench.fanout_fleet import BASE_MODEL, Fleet, agent_reports, requests_by_route, running_fleet
 from bench.fanout_floor import measure as floor
 from bench.fanout_profile import inclusive, profiled
+from bench.sched_probe import SchedProbe, difference, machine_busy_s
 from devharness.adapters import make_adapter
 from devharness.testbed import metric
 from devharness.waiting import eventually
@@ -80,6 +82,7 @@ class PushResult:
     requests: dict[str, float]
     fetches: dict[str, float]
     stage_ms: dict[str, float]
+    cpu: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
@@ -95,7 +98,8 @@ class PushResult:
                 "file_requests": self.requests.get(FILES_ROUTE, 0.0),
                 "status_reports": self.requests.get(STATUS_ROUTE, 0.0),
                 "agent_file_fetches": self.fetches, "agent_stage_mean_ms": self.stage_ms,
-                "requests": self.requests, "agent_profile": self.profile}
+                "requests": self.requests, "window_cpu": self.cpu,
+                "agent_profile": self.profile}
 
 
 def _delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
@@ -136,6 +140,8 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     metrics_before = fleet.registry.metrics()
     sums_before = await fleet.agent_sums()
     cpu_before = cpu_seconds(fleet.registry_pid()) or 0.0
+    groups = fleet.process_groups()
+    window = WindowCpu(groups)
     # In the window: its event reaches every agent before the push's do, so every
     # agent has acted on it once all have reported the push.
     await api.put_route("customer", f"c{len(agents)}", PUSHED, tenant=TENANT)
@@ -145,6 +151,7 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     name = f"{PUSHED}@{pushed.version}"
     reported = await _reported(fleet, agents, name)
     cpu = (cpu_seconds(fleet.registry_pid()) or 0.0) - cpu_before
+    spent = window.spent(sent, max(reported.values()))
     metrics_after = fleet.registry.metrics()
     loads = {ports[c["port"]]: c["at"] for c in fleet.standin.state(mark)["calls"]
              if c["action"] == "load" and c["name"] == name and c["port"] in ports}
@@ -158,7 +165,29 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     return PushResult(len(agents), pushed.version, answered,
                       [loads[a] - sent for a in agents],
                       [reported[a] - sent for a in agents], cpu, events, requests, fetches,
-                      stage_means_ms(sums))
+                      stage_means_ms(sums), spent)
+
+
+class WindowCpu:
+    """CPU spent and waited for, by process group and machine-wide, from before a push
+    to its last report: the work a push makes the machine do, against its two cores."""
+
+    def __init__(self, groups: dict[str, list[int]]) -> None:
+        self.groups = groups
+        self.before = SchedProbe.read(groups)
+        self.machine = machine_busy_s()
+        self.started = time.time()
+
+    def spent(self, sent: float, last_report: float) -> dict[str, Any]:
+        """Per group, CPU and run-queue ms; the machine's busy CPU seconds over the
+        window; and how long the push's CPU alone would keep every core busy."""
+        busy = machine_busy_s() - self.machine
+        wall = time.time() - self.started
+        cores = len(os.sched_getaffinity(0))
+        return {"groups": difference(SchedProbe.read(self.groups), self.before),
+                "window_s": round(wall, 3), "machine_busy_s": round(busy, 2),
+                "cores": cores, "busy_share": round(busy / (wall * cores), 3),
+                "sent_to_last_report_s": round(last_report - sent, 3)}
 
 
 def stage_means_ms(sums: Mapping[str, float]) -> dict[str, float]:

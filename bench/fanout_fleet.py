@@ -26,6 +26,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import REPO, proc_meminfo_kb
+from bench.sched_probe import named
 from devharness.processes import clean_env, http_probe
 from devharness.services import NatsService, PostgresDatabase, start_s3_and_nats
 from devharness.testbed import AgentProcess, AgentSpec, RegistryProcess, S3Bucket
@@ -197,6 +198,14 @@ class Fleet:
                         if key is not None:
                             found[key] = found.get(key, 0.0) + sample.value
         return found
+
+    def process_groups(self) -> dict[str, list[int]]:
+        """The processes a push passes through, by role, for CPU accounting."""
+        return {"agents": [p for a in self.agents.values() if (p := a.process.pid)],
+                "registry": [self.registry_pid()],
+                "vllm stand-in": [p for p in (self.standin.process.pid,) if p],
+                "seaweedfs": named("weed"), "nats": named("nats-server"),
+                "postgres": named("postgres")}
 
     def registry_pid(self) -> int:
         pid = self.registry.process.pid

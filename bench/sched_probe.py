@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,14 @@ def thread_sched(pids: list[int]) -> Sched:
                 on_cpu += int(fields[0])
                 waiting += int(fields[1])
     return Sched(on_cpu, waiting)
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot, every core counted
+    (``/proc/stat``: user, nice, system, irq, softirq, steal)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def named(command: str) -> list[int]:

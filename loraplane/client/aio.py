@@ -43,7 +43,7 @@ from loraplane.client._core import (
     Pager,
 )
 from loraplane.client.errors import RegistryError, error_from_transport
-from loraplane.client.multipart import FilePart, OnProgress
+from loraplane.client.multipart import FilePart, OnProgress, check_first
 from loraplane.client.retry import OnRetry, RetryDelay
 from loraplane.events import AgentStatus, DesiredState, RouteKind
 from loraplane.naming import DEFAULT_ALIAS
@@ -144,9 +144,11 @@ class AsyncRegistryClient:
              on_progress: OnProgress | None = None) -> UploadResult:
         """Upload a PEFT folder or one archive as a version of ``name``, streamed from disk,
         and point ``aliases`` at it. Identical files are not a new version
-        (``created`` is False). The adapter is checked first, so an unknown name or a
-        missing permission fails before any bytes are sent."""
-        await self.get_adapter(name)
+        (``created`` is False). An adapter over 1 MiB is checked first, so an unknown
+        name or a missing permission fails before its bytes are hashed and sent; a
+        smaller one is refused by the upload itself, one round trip sooner."""
+        if check_first(source):
+            await self.get_adapter(name)
         return await self.send(api.push(name, source, aliases, notes, on_progress))
 
     async def versions_page(self, name: str, *, limit: int | None = None,

@@ -62,6 +62,24 @@ class FilePart:
                    content_type=content_type, sha256=sha)
 
 
+# Above this, a push checks the adapter before it hashes and sends the files: an
+# unknown name or a missing permission then costs no pass over the bytes. Below it, the
+# upload's own refusal is as quick, and the check would be a round trip on every push.
+CHECK_FIRST_ABOVE_BYTES = 1 << 20
+
+
+def check_first(source: Path | Sequence[FilePart]) -> bool:
+    """Whether a push of ``source`` should check the adapter before sending: when it
+    is over ``CHECK_FIRST_ABOVE_BYTES``, or its size cannot be told from the files."""
+    if not isinstance(source, Path):
+        return sum(part.size for part in source) > CHECK_FIRST_ABOVE_BYTES
+    paths = [source / n for n in ADAPTER_FILES] if source.is_dir() else [source]
+    try:
+        return sum(p.stat().st_size for p in paths) > CHECK_FIRST_ABOVE_BYTES
+    except OSError:
+        return True  # collect_files says what is wrong, after the check
+
+
 def collect_files(source: Path) -> list[FilePart]:
     """The parts to send for a PEFT folder (its two adapter files) or for one archive."""
     if source.is_dir():

@@ -39,6 +39,14 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
         # Where each agent's time went: the event's delivery and the swap's stages.
         assert {"event_delay", "fetch", "validate", "load", "flip"} <= \
             set(push["agent_stage_mean_ms"]), push["agent_stage_mean_ms"]
+        # What the push cost the machine: every agent and the registry ran in the window.
+        cpu = push["window_cpu"]
+        groups = cpu["groups"]
+        assert set(groups) == {"agents", "registry", "vllm stand-in", "seaweedfs", "nats",
+                               "postgres"}, cpu
+        assert groups["agents"]["cpu_ms"] > 0 and groups["registry"]["cpu_ms"] > 0, cpu
+        assert 0 < cpu["sent_to_last_report_s"] <= cpu["window_s"], cpu
+        assert cpu["machine_busy_s"] > 0 and cpu["cores"] >= 1, cpu
     change = result["fleet_change"]
     assert len(change["stopped"]) == len(change["started"]) == 2
     for phase in ("leave", "join"):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from devharness.http_registry import Served
@@ -18,6 +20,7 @@ from loraplane.client import (
     RegistryError,
     Unauthorized,
 )
+from loraplane.client.multipart import CHECK_FIRST_ABOVE_BYTES
 from loraplane.events import AgentStatus, ServedVersion, VersionPublished
 
 
@@ -166,9 +169,28 @@ async def test_agents_rollout_and_desired_state(served: Served, adapter_dir: Pat
         assert live.converged and [e.agent_id for e in live.serving] == ["gpu-1"]
 
 
-async def test_an_unknown_adapter_is_refused_before_the_upload(served: Served,
-                                                               adapter_dir: Path) -> None:
+@pytest.mark.parametrize("large", [False, True], ids=["small", "over-1-MiB"])
+async def test_an_unknown_adapter_is_refused_before_its_bytes_are_sent(
+        served: Served, adapter_dir: Path, tmp_path: Path, large: bool) -> None:
+    source = adapter_dir
+    if large:  # never read: the check refuses the push before its files are hashed
+        source = tmp_path / "large"
+        source.mkdir()
+        shutil.copy(adapter_dir / "adapter_config.json", source)
+        with (source / "adapter_model.safetensors").open("wb") as out:
+            out.truncate(CHECK_FIRST_ABOVE_BYTES + 1)
+    sent: list[tuple[str, str]] = []
+
+    async def note(request: httpx.Request) -> None:
+        sent.append((request.method, request.url.path))
+
     async with admin(served) as registry:
+        registry.http.event_hooks["request"].append(note)
         with pytest.raises(NotFound) as caught:
-            await registry.push("nope", adapter_dir)
+            await registry.push("nope", source)
         assert isinstance(caught.value, RegistryError) and not caught.value.retryable
+        assert caught.value.code == "adapter_not_found"
+    # A small adapter is refused by the upload itself (the registry checks the caller
+    # and the adapter before it reads the body); a large one by a check first.
+    assert sent == ([("GET", "/v1/adapters/nope")] if large
+                    else [("POST", "/v1/adapters/nope/versions")])
