@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.agent_setup import descendants
@@ -24,26 +24,35 @@ from devharness.testbed import metric
 
 @dataclass(frozen=True)
 class Sched:
-    """Nanoseconds summed over every thread of a group of processes."""
+    """Per thread of a group of processes: tid -> (ns on a CPU, ns waiting for one)."""
 
-    on_cpu: int = 0
-    waiting: int = 0
+    threads: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def minus(self, earlier: Sched) -> Sched:
-        return Sched(self.on_cpu - earlier.on_cpu, self.waiting - earlier.waiting)
+    @property
+    def on_cpu(self) -> int:
+        return sum(cpu for cpu, _ in self.threads.values())
+
+    def minus(self, earlier: Sched) -> tuple[int, int]:
+        """ns on a CPU and ns waiting between ``earlier`` and this read, over the threads
+        alive now: one started since counts whole, one that ended since is left out
+        (Postgres ends a backend with its connection), so both are lower bounds."""
+        on_cpu = waiting = 0
+        for tid, (cpu, queued) in self.threads.items():
+            cpu_then, queued_then = earlier.threads.get(tid, (0, 0))
+            on_cpu += cpu - cpu_then
+            waiting += queued - queued_then
+        return on_cpu, waiting
 
 
 def thread_sched(pids: list[int]) -> Sched:
-    """The sum over every thread of ``pids``. A thread that ended between two reads
-    takes its counts with it, so a group's difference is a lower bound."""
-    on_cpu = waiting = 0
+    """Every thread of ``pids``, read now."""
+    threads = {}
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 fields = (task / "schedstat").read_text().split()
-                on_cpu += int(fields[0])
-                waiting += int(fields[1])
-    return Sched(on_cpu, waiting)
+                threads[int(task.name)] = (int(fields[0]), int(fields[1]))
+    return Sched(threads)
 
 
 def machine_busy_s() -> float:
@@ -92,9 +101,8 @@ def difference(after: dict[str, Sched], before: dict[str, Sched]) -> dict[str, d
     """Per group, ms on a CPU and ms waiting for one between two reads."""
     out = {}
     for name, late in after.items():
-        delta = late.minus(before.get(name, Sched()))
-        out[name] = {"cpu_ms": round(delta.on_cpu / 1e6, 1),
-                     "run_queue_ms": round(delta.waiting / 1e6, 1)}
+        on_cpu, waiting = late.minus(before.get(name, Sched()))
+        out[name] = {"cpu_ms": round(on_cpu / 1e6, 1), "run_queue_ms": round(waiting / 1e6, 1)}
     return out
 
 
