@@ -73,7 +73,10 @@ class S3BlobWriter:
             if self._buffer is None:
                 self._buffer = self._take_buffer()
             take = min(len(view), self._part_size - self._filled)
-            self._buffer[self._filled:self._filled + take] = view[:take]
+            if len(self._buffer) < self._filled + take:  # the first part's, growing
+                self._buffer += view[:take]
+            else:
+                self._buffer[self._filled:self._filled + take] = view[:take]
             self._filled += take
             view = view[take:]
             if self._filled == self._part_size:
@@ -83,7 +86,12 @@ class S3BlobWriter:
     def _take_buffer(self) -> bytearray:
         with self._lock:
             # Buffers come back as parts finish: at most parts_in_flight + 1 ever exist.
-            return self._free.pop() if self._free else bytearray(self._part_size)
+            if self._free:
+                return self._free.pop()
+        # The first part's buffer grows with what arrives: most blobs (a config, a small
+        # adapter's weights) are far under one part, and a whole zeroed part for each
+        # cost more CPU than the rest of their upload. Later ones are whole parts.
+        return bytearray(self._part_size) if self._futures else bytearray()
 
     def _send_part(self, buffer: bytearray) -> None:
         if self._upload_id is None:
@@ -150,7 +158,7 @@ class S3BlobWriter:
             return
         if self._upload_id is None:
             # Under one part: a single PUT, straight to the final key (the digest is known).
-            data = bytes(self._buffer[:self._filled]) if self._buffer is not None else b""
+            data = b"" if self._buffer is None else self._buffer[:self._filled]
             self._call(self._client.put_object, Bucket=self._bucket, Key=final, Body=data,
                        ContentType=_CONTENT_TYPE)
             return

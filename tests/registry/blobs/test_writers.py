@@ -64,7 +64,7 @@ def _server(store: BlobStore, request: pytest.FixtureRequest) -> SeaweedS3 | Non
 
 
 @pytest.mark.parametrize("declared", [True, False])
-@pytest.mark.parametrize("size", [0, 1234, 12 * MIB + 7])
+@pytest.mark.parametrize("size", [0, 1234, 5 * MIB, 12 * MIB + 7])
 async def test_a_finished_writer_stores_exactly_the_blob(
     any_store: BlobStore, request: pytest.FixtureRequest, declared: bool, size: int
 ) -> None:
