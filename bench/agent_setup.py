@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,18 +103,24 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def each_thread(pid: int, apply: Callable[[int], object]) -> int:
+    """``apply`` to every thread of ``pid`` and of its descendants; how many took it
+    (a thread that ended meanwhile is skipped)."""
+    done = 0
+    for process in descendants(pid):
+        for task in Path(f"/proc/{process}/task").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                apply(int(task.name))
+                done += 1
+    return done
+
+
 def renice(pid: int, niceness: int) -> int:
     """Give ``pid``, its descendants and all their threads ``niceness``; how many threads.
 
     Linux applies a niceness per thread, and vLLM's engine and worker are processes
     below its API server, each with threads of their own."""
-    done = 0
-    for process in descendants(pid):
-        for task in Path(f"/proc/{process}/task").glob("[0-9]*"):
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
-                done += 1
-    return done
+    return each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, niceness))
 
 
 def pin_cpus(pid: int, cpus: set[int]) -> int:
@@ -122,13 +128,7 @@ def pin_cpus(pid: int, cpus: set[int]) -> int:
 
     What a GPU host looks like to the rest of the stack: the model's compute off the
     cores the registry, agent and services run on (here: off one of the two)."""
-    done = 0
-    for process in descendants(pid):
-        for task in Path(f"/proc/{process}/task").glob("[0-9]*"):
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(int(task.name), cpus)
-                done += 1
-    return done
+    return each_thread(pid, lambda tid: os.sched_setaffinity(tid, cpus))
 
 
 class NodelayAgentProcess(AgentProcess):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from pydantic import TypeAdapter
 from sqlalchemy import select, update
@@ -151,7 +151,7 @@ async def _bind_agent_token(session: AsyncSession, principal: Principal,
         _refuse_binding(agent_id, bound)
 
 
-def _refuse_binding(agent_id: str, bound: str | None) -> None:
+def _refuse_binding(agent_id: str, bound: str | None) -> NoReturn:
     raise Forbidden(f"this agent token reports for agent {bound!r} only",
                     code="agent_id_forbidden",
                     detail={"agent_id": agent_id, "token_agent_id": bound})
