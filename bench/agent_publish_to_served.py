@@ -218,7 +218,8 @@ async def measure(testbed: Testbed, folders: list[Path], args: argparse.Namespac
     return pushes[warmup:], prober
 
 
-# The push's two requests, as the registry's own latency histogram names them.
+# The push's requests, as the registry's own latency histogram names them: a small push
+# is its POST alone, a larger one checks the adapter with the GET first.
 PUSH_ROUTES = (("GET", "/v1/adapters/{name}"), ("POST", "/v1/adapters/{name}/versions"))
 
 

@@ -61,6 +61,18 @@ log = logging.getLogger(__name__)
 
 # uvicorn's own wait for connections, after the agent already waited for its requests.
 _SERVER_CLOSE_S = 2
+# Longer than clients keep an idle connection (httpx, and the OpenAI SDK on it, 5 s;
+# a load balancer's idle timeout, often 60 s): the client, not the agent, then closes
+# an idle one, and never sends a request on a connection the agent is closing, which
+# fails that request (uvicorn's own default is the same 5 s as httpx's).
+KEEP_ALIVE_S = 65
+
+
+def server_config(app: Any, settings: AgentSettings) -> uvicorn.Config:
+    """The agent's HTTP server: the OpenAI-compatible port, metrics and health."""
+    return uvicorn.Config(app, log_level=settings.log_level, lifespan="on", access_log=False,
+                          timeout_graceful_shutdown=_SERVER_CLOSE_S,
+                          timeout_keep_alive=KEEP_ALIVE_S)
 # How long the shutdown waits to tell the registry this agent leaves the fleet.
 _LEAVE_TIMEOUT_S = 2.0
 
@@ -264,9 +276,7 @@ class Agent:
     async def _lifecycle(self, group: asyncio.TaskGroup,
                          sock: socket.socket) -> BaseException | None:
         """Serve, start, wait for a stop, shut down; returns why start-up failed, if it did."""
-        config = uvicorn.Config(self.app, log_level=self.settings.log_level, lifespan="on",
-                                access_log=False, timeout_graceful_shutdown=_SERVER_CLOSE_S)
-        server = QuietServer(config)
+        server = QuietServer(server_config(self.app, self.settings))
         served = group.create_task(server.serve(sockets=[sock]), name="http")
         tasks: list[asyncio.Task[Any]] = []
         failures: list[BaseException] = []

@@ -37,9 +37,11 @@ def test_the_publish_to_served_benchmark_splits_every_push(testbed: Testbed, uni
     assert summary["pushes"] == 3 and summary["split"] == 3, summary
     assert summary["versions_with_unexpected_stage_counts"] == []
     assert summary["probe_failure_count"] == 0, summary["probe_failures"]
-    # Both requests of a push were timed by the registry itself, and every file fetched.
-    assert all(ms is not None and ms > 0 for ms in summary["registry_mean_ms"].values())
-    assert len(summary["registry_mean_ms"]) == 2, summary["registry_mean_ms"]
+    # The push's upload was timed by the registry itself; a small push makes no check
+    # of the adapter first (loraplane/client/multipart.py: check_first). Every file fetched.
+    served = summary["registry_mean_ms"]
+    assert served["POST /v1/adapters/{name}/versions"] > 0, served
+    assert served["GET /v1/adapters/{name}"] is None, served
     assert sum(summary["file_fetches"].values()) >= 2 * 3, summary["file_fetches"]
     for raw in document["pushes"]:
         push = Push(**raw)
