@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import cpu_seconds, git_commit, machine_summary, percentile
+from bench.common import git_commit, machine_summary, percentile
 from bench.fanout_fleet import BASE_MODEL, Fleet, agent_reports, requests_by_route, running_fleet
 from bench.fanout_floor import measure as floor
 from bench.fanout_profile import inclusive, profiled
@@ -139,9 +139,7 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     mark = len(fleet.standin.state()["calls"])
     metrics_before = fleet.registry.metrics()
     sums_before = await fleet.agent_sums()
-    cpu_before = cpu_seconds(fleet.registry_pid()) or 0.0
-    groups = fleet.process_groups()
-    window = WindowCpu(groups)
+    window = WindowCpu(fleet.process_groups())
     # In the window: its event reaches every agent before the push's do, so every
     # agent has acted on it once all have reported the push.
     await api.put_route("customer", f"c{len(agents)}", PUSHED, tenant=TENANT)
@@ -150,8 +148,8 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     answered = time.time() - sent
     name = f"{PUSHED}@{pushed.version}"
     reported = await _reported(fleet, agents, name)
-    cpu = (cpu_seconds(fleet.registry_pid()) or 0.0) - cpu_before
     spent = window.spent(sent, max(reported.values()))
+    cpu = spent["groups"]["registry"]["cpu_ms"] / 1000
     metrics_after = fleet.registry.metrics()
     loads = {ports[c["port"]]: c["at"] for c in fleet.standin.state(mark)["calls"]
              if c["action"] == "load" and c["name"] == name and c["port"] in ports}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bench.agent_setup import descendants
 from devharness.testbed import metric
+from registry_service.metrics import UPLOAD_PHASES
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,6 @@ def difference(after: dict[str, Sched], before: dict[str, Sched]) -> dict[str, d
     return out
 
 
-UPLOAD_PHASES = ("admit", "receive", "validate", "lease", "store", "commit")
 _PHASE_SUM = "loraplane_registry_upload_phase_seconds_sum"
 
 
@@ -128,7 +128,10 @@ class PushProbe:
         self.request: dict[str, dict[str, float]] = {}
 
     async def before(self) -> None:
-        self._phases = phase_sums(await asyncio.to_thread(self._metrics))
+        # The last push's closing scrape (``phases``) stands for this one's opening: no
+        # upload runs between two pushes.
+        if not self._phases:
+            self._phases = phase_sums(await asyncio.to_thread(self._metrics))
         # Postgres keeps its pooled connections' backends: found once per push is enough.
         self._found = await asyncio.to_thread(self._sched.find)
         self._sent = await asyncio.to_thread(self._sched.read, self._found)
@@ -140,4 +143,6 @@ class PushProbe:
     async def phases(self) -> dict[str, float]:
         """Per phase, ms of this push (pushes are sequential)."""
         after = phase_sums(await asyncio.to_thread(self._metrics))
-        return {p: round((after[p] - self._phases[p]) * 1000, 1) for p in UPLOAD_PHASES}
+        spent = {p: round((after[p] - self._phases[p]) * 1000, 1) for p in UPLOAD_PHASES}
+        self._phases = after
+        return spent

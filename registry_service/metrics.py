@@ -15,6 +15,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS, AdapterLabels
 
+# An upload's phases, in order, as ``upload_phase_seconds`` labels them.
+UPLOAD_PHASES = ("admit", "receive", "validate", "lease", "store", "commit")
+
 _PUBLISH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0)
 

@@ -15,8 +15,8 @@ import pytest
 
 from bench.agent_publish_to_served import parse_args, render, run_on
 from bench.publish_timeline import PARTS, Push
-from bench.sched_probe import UPLOAD_PHASES
 from devharness.testbed import Testbed
+from registry_service.metrics import UPLOAD_PHASES
 from tests.e2e.steps import delete_adapter
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]

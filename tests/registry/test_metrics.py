@@ -20,7 +20,7 @@ from devharness.registry import RegistryHarness
 from devharness.services import NatsService
 from devharness.uploads import upload, upload_dir
 from devharness.waiting import eventually
-from registry_service.metrics import RegistryMetrics
+from registry_service.metrics import UPLOAD_PHASES, RegistryMetrics
 from tests.agent.loop_support import served_registry
 
 PREFIX = "loraplane_registry_"
@@ -115,27 +115,28 @@ async def test_an_upload_counts_its_bytes_and_a_new_version(
         assert await read(registry, "uploads_total", outcome=outcome) == count + 1
 
 
-PHASES = ("admit", "receive", "validate", "lease", "store", "commit")
-
-
 async def test_an_upload_times_each_of_its_phases(
     served: RegistryHarness, tmp_path: Path,
 ) -> None:
     registry = served
     await registry.create_adapter("bot")
     folder = make_adapter(tmp_path / "a", seed=1)
-    counts = {p: await read(registry, "upload_phase_seconds_count", phase=p) for p in PHASES}
-    sums = {p: await read(registry, "upload_phase_seconds_sum", phase=p) for p in PHASES}
+
+    async def per_phase(sample: str) -> dict[str, float]:
+        return {p: await read(registry, sample, phase=p) for p in UPLOAD_PHASES}
+
+    counts, sums = (await per_phase("upload_phase_seconds_count"),
+                    await per_phase("upload_phase_seconds_sum"))
     assert (await upload_dir(registry, "bot", folder)).status_code == 201
-    for phase in PHASES:
+    for phase in UPLOAD_PHASES:
         assert await read(registry, "upload_phase_seconds_count", phase=phase) \
             == counts[phase] + 1, phase
         assert await read(registry, "upload_phase_seconds_sum", phase=phase) > sums[phase]
     # A refused upload records the phases it reached, and no later one.
     config = [("files", ("adapter_config.json", (folder / "adapter_config.json").read_bytes()))]
     assert (await upload(registry, "bot", config)).status_code == 422
-    reached = {p: await read(registry, "upload_phase_seconds_count", phase=p) for p in PHASES}
-    assert [reached[p] - counts[p] for p in PHASES] == [2, 2, 2, 1, 1, 1]
+    reached = await per_phase("upload_phase_seconds_count")
+    assert [reached[p] - counts[p] for p in UPLOAD_PHASES] == [2, 2, 2, 1, 1, 1]
 
 
 async def test_refused_uploads_are_counted_by_their_code(
