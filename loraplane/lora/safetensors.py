@@ -328,7 +328,10 @@ def scan_finite(
     if chunk_bytes < 8:
         raise ValueError("chunk_bytes must be at least 8")
     check_float_dtypes(header)
-    scratch = _Scratch(chunk_bytes)
+    # No bigger than the largest tensor: a LoRA of a small model has tensors of a few KiB,
+    # and zeroing two whole chunks for them cost more CPU than the agent's whole swap.
+    largest = max((info.nbytes for info in header.tensors.values()), default=0)
+    scratch = _Scratch(max(8, min(chunk_bytes, largest)))
     with Path(path).open("rb", buffering=0) as f:
         for info in sorted(header.tensors.values(), key=lambda t: t.begin):
             _scan_tensor(f, header.data_start, info, scratch)

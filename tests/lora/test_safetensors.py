@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,17 @@ def test_astronomical_shapes_are_refused_not_crashed_on(tmp_path: Path, shape: l
     content = safetensors_bytes({"a": _entry("F32", shape, 0, 4)}, data=data)
     error = expect_refusal("invalid_safetensors", read_header, _raw(tmp_path, content))
     assert "a" in error.message
+
+
+def test_a_small_file_is_scanned_without_chunk_sized_buffers(tmp_path: Path) -> None:
+    # A small model's LoRA has tensors of a few KiB; the agent scans one on every swap.
+    values = np.linspace(-1, 1, 256, dtype=np.float32)
+    path = write_safetensors(tmp_path / "small.safetensors", {"a": values, "b": values})
+    header = read_header(path)
+    tracemalloc.start()
+    try:
+        scan_finite(path, header)  # the default chunk: 4 MiB
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024, f"{peak} bytes allocated to scan {values.nbytes * 2} bytes"
