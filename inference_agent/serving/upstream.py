@@ -3,8 +3,8 @@
 aiohttp rather than httpx on this path: a proxied request is one client call, and
 httpx (with httpcore and anyio under it) spent about 1.4 ms of CPU on each against
 aiohttp's 0.4 ms on these machines, most of the agent's cost per request
-(``bench/agent_proxy_overhead.py``, docs/benchmarks.md). The rest of the agent keeps
-httpx for its control calls, where a millisecond does not matter.
+(``bench/agent_proxy_overhead.py``, docs/benchmarks.md). The control calls to vLLM
+(``node/vllm_client.py``) and the blob fetches use aiohttp for the same reason.
 
 The session is made on first use, inside the running event loop, since the proxy app
 is built before the loop starts.

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import aiohttp
 import httpx
 import nats
 import pytest
@@ -82,8 +83,14 @@ def requests_seen(link: RegistryLink) -> list[tuple[str, bool]]:
     async def record(request: httpx.Request) -> None:
         seen.append((str(request.url), "authorization" in request.headers))
 
+    async def started(_session: aiohttp.ClientSession, _context: object,
+                      params: aiohttp.TraceRequestStartParams) -> None:
+        seen.append((str(params.url), "authorization" in params.headers))
+
     link.api.http.event_hooks["request"].append(record)
-    link.blobs.http.event_hooks["request"].append(record)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(started)
+    link.blobs.trace_configs.append(trace)
     return seen
 
 

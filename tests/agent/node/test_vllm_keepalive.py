@@ -1,13 +1,10 @@
 """An idle kept-alive connection to vLLM is dropped by the agent's client before vLLM
 closes it: a server that closes it first races the client's next call on it ("Server
-disconnected"), which httpx does not retry. bench/fanout.py lost an agent's start-up to
-that race, against the vLLM stand-in (uvicorn's default of 5 s, as vLLM's)."""
+disconnected"), which is not retried. bench/fanout.py lost an agent's start-up to that
+race, against the vLLM stand-in (uvicorn's default of 5 s, as vLLM's)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import httpx
 import uvicorn
 
 from devharness.vllm_standin import StandIn, create_app
@@ -26,8 +23,8 @@ def test_the_agent_drops_idle_connections_before_vllm_does() -> None:
 async def test_the_vllm_client_uses_that_expiry() -> None:
     client = VllmClient("http://vllm.invalid")
     try:
-        assert isinstance(client._http, httpx.AsyncClient)
-        transport: Any = client._http._transport
-        assert transport._pool._keepalive_expiry == KEEPALIVE_S
+        connector = client.session().connector
+        assert connector is not None
+        assert connector._keepalive_timeout == KEEPALIVE_S
     finally:
         await client.aclose()
