@@ -107,7 +107,7 @@ def _delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str,
             if v - before.get(k, 0.0) > 0}
 
 
-async def _reported(fleet: Fleet, agents: Sequence[str], name: str) -> dict[str, float]:
+async def reported_by(fleet: Fleet, agents: Sequence[str], name: str) -> dict[str, float]:
     """agent -> when the registry received its report listing ``name`` loaded."""
     seen: dict[str, float] = {}
 
@@ -147,7 +147,7 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     pushed = await api.push(PUSHED, folder)
     answered = time.time() - sent
     name = f"{PUSHED}@{pushed.version}"
-    reported = await _reported(fleet, agents, name)
+    reported = await reported_by(fleet, agents, name)
     spent = window.spent(sent, max(reported.values()))
     cpu = spent["groups"]["registry"]["cpu_ms"] / 1000
     metrics_after = fleet.registry.metrics()
@@ -234,7 +234,7 @@ def loaded_adapters(fleet: Fleet, versions: Mapping[str, int]) -> dict[str, set[
                     if n in current} for agent in fleet.live()}
 
 
-async def _settled(fleet: Fleet, owners: Mapping[str, set[str]],
+async def settled(fleet: Fleet, owners: Mapping[str, set[str]],
                    versions: Mapping[str, int]) -> None:
     """Every live agent has its owned adapters loaded and has reported owning them."""
     live = fleet.live()
@@ -271,7 +271,7 @@ async def _leave(fleet: Fleet, replicas: Mapping[str, int | None],
     mark, started = len(fleet.standin.state()["calls"]), time.time()
     fleet.stop_agents(leaving)
     after = assignment(fleet.live(), replicas)
-    await _settled(fleet, after, versions)
+    await settled(fleet, after, versions)
     return {**_moves(fleet, mark), "owner_changes": owner_changes(before, after, fleet.live()),
             "min_loads": minimum_loads(loaded, [fleet.live()], replicas), "min_unloads": 0,
             "settled_s": round(time.time() - started, 2)}
@@ -293,7 +293,7 @@ async def _join(fleet: Fleet, replicas: Mapping[str, int | None],
         fleet.add_agents(1, prefix="joined")
         fleets.append(fleet.live())
     after = assignment(fleet.live(), replicas)
-    await _settled(fleet, after, versions)
+    await settled(fleet, after, versions)
     return {**_moves(fleet, mark), "owner_changes": owner_changes(before, after, fleet.live()),
             "min_loads": minimum_loads(loaded, fleets, replicas), "min_unloads": 0,
             "settled_s": round(time.time() - started, 2),
@@ -327,7 +327,7 @@ async def change_fleet(fleet: Fleet, replicas: Mapping[str, int | None],
 # --- the run -----------------------------------------------------------------------------
 
 
-async def _prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: int,
+async def prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: int,
                    replicas: int) -> tuple[dict[str, int | None], dict[str, int]]:
     """Create and publish every adapter; adapter -> replicas, adapter -> live version."""
     setting: dict[str, int | None] = {PUSHED: EVERY_AGENT}
@@ -356,14 +356,14 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
     async with running_fleet(work, ports=max(steps) + change) as fleet:
         api = AsyncRegistryClient(fleet.registry.url, fleet.registry.admin_token)
         try:
-            setting, versions = await _prepare(fleet, api, work, placed, replicas)
+            setting, versions = await prepare(fleet, api, work, placed, replicas)
             last = max(steps)
             fleet.make_tokens([*(f"agent-{i:03d}" for i in range(last)),
                                *(f"joined-{i:03d}" for i in range(last, last + change))])
             for step, size in enumerate(steps):
                 counted, started = await _fetch_counts(fleet), time.time()
                 fleet.add_agents(size - len(fleet.agents))
-                await _settled(fleet, assignment(fleet.live(), setting), versions)
+                await settled(fleet, assignment(fleet.live(), setting), versions)
                 # Agents starting together: each fetches what it owns (or believes it
                 # owns before the others' first reports), from the snapshot's URLs.
                 start = {"agents": size, "settled_s": round(time.time() - started, 2),
