@@ -119,7 +119,7 @@ def measure(url: str, requests: int, rounds: int) -> dict[str, list[float]]:
 
 
 def summarize(found: dict[str, list[float]]) -> dict[str, Any]:
-    median = {kind: statistics.median(values) for kind, values in found.items()}
+    median = {kind: round(statistics.median(values), 1) for kind, values in found.items()}
     return {"us_per_request": found, "median_us": median,
             "httpx_over_aiohttp": {
                 "POST": round(median["httpx POST"] / median["aiohttp POST"], 2),

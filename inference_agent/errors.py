@@ -1,7 +1,8 @@
 """The agent's errors: one base, retryable and terminal kinds.
 
-Errors of aiohttp (vLLM, the blob store), httpx (the registry) and nats are mapped to these at the boundary, so the
-reconciler only asks one question: retry, or give up on this version?
+Errors of aiohttp (vLLM, the blob store), httpx (the registry) and nats are mapped to
+these at the boundary, so the reconciler only asks one question: retry, or give up on
+this version?
 """
 
 from __future__ import annotations
