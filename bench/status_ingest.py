@@ -6,10 +6,12 @@ A registry (``loraplane registry serve``) on a fresh Postgres database, SeaweedF
 the size an agent of the 100-agent fan-out sends (``--adapters`` served aliases and
 tier entries, three loaded versions). First every agent reports once (its join), then
 ``--rounds`` rounds: in each, every agent posts a changed report at once, as a push
-makes a fleet do. Reported: the registry's CPU (``/proc``) per report, the time until
-the last report of a round is answered, and each report's latency.
+makes a fleet do, each with ``Prefer: return=minimal`` as agents send it
+(``--answer full``: without it, the stored agent echoed back). Reported: the registry's
+CPU (``/proc``) per report, the time until the last report of a round is answered, and
+each report's latency.
 
-    .venv/bin/python -m bench.status_ingest --agents 100 --rounds 10 [--py-spy DIR]
+    .venv/bin/python -m bench.status_ingest --agents 100 --rounds 10 [--answer full] [--py-spy DIR]
 """
 
 from __future__ import annotations
@@ -52,11 +54,13 @@ def status(agent_id: str, adapters: int, version: int) -> dict[str, Any]:
 
 
 async def post(client: httpx.AsyncClient, agent_id: str, token: str,
-               body: dict[str, Any]) -> float:
+               body: dict[str, Any], minimal: bool = True) -> float:
     started = time.perf_counter()
-    response = await client.post(f"/v1/agents/{agent_id}/status", json=body,
-                                 headers={"Authorization": f"Bearer {token}"})
-    if response.status_code != 200:
+    headers = {"Authorization": f"Bearer {token}"}
+    if minimal:  # as agents send it (inference_agent/node/registry_client.py)
+        headers["Prefer"] = "return=minimal"
+    response = await client.post(f"/v1/agents/{agent_id}/status", json=body, headers=headers)
+    if response.status_code != (204 if minimal else 200):
         raise RuntimeError(f"report of {agent_id}: {response.status_code} {response.text}")
     return time.perf_counter() - started
 
@@ -75,7 +79,8 @@ async def rounds(url: str, pid: int, tokens: dict[str, str], args: argparse.Name
         for number in range(2, args.rounds + 2):
             bodies = {a: status(a, args.adapters, number) for a in tokens}
             before, started = cpu_ms(pid), time.perf_counter()
-            latencies += await asyncio.gather(*(post(client, a, t, bodies[a])
+            latencies += await asyncio.gather(*(post(client, a, t, bodies[a],
+                                                     args.answer == "minimal")
                                                 for a, t in tokens.items()))
             walls.append(time.perf_counter() - started)
             cpu.append((cpu_ms(pid) - before) / len(tokens))
@@ -106,6 +111,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--adapters", type=int, default=100,
                         help="placed adapters in each report, besides the pushed one (100)")
     parser.add_argument("--rounds", type=int, default=10, help="measured rounds (10)")
+    parser.add_argument("--answer", choices=("minimal", "full"), default="minimal",
+                        help="minimal: Prefer: return=minimal, as agents send (204); full: "
+                             "the stored agent echoed back (200)")
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="DIR",
                         help="sample the registry with py-spy; its busy functions, inclusive")
     parser.add_argument("--work-dir", type=Path, default=None)
@@ -126,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, share in result["profile"]["inclusive_pct"]:
             print(f"{share:5.1f}%  {name}")
     return record("status_ingest", commit, machine, args.json_out, agents=args.agents,
-                  adapters=args.adapters, **result)
+                  adapters=args.adapters, answer=args.answer, **result)
 
 
 if __name__ == "__main__":

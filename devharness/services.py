@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 DATABASE_URL_ENV = "LORAPLANE_TEST_DATABASE_URL"
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 WEED_ENV = "LORAPLANE_WEED"
-_FIRST_START_ATTEMPTS = 3
+_START_ATTEMPTS = 3
 _PG_START_HINT = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
 
 
@@ -56,12 +56,12 @@ class NatsService(EmbeddedNats):
         self._started_once = False
 
     def start(self) -> None:
-        for attempt in range(1, _FIRST_START_ATTEMPTS + 1):
+        for attempt in range(1, _START_ATTEMPTS + 1):
             try:
                 super().start()
             except EmbeddedNatsError as exc:
                 # Only the first start may move: a restart must keep its port for clients.
-                if not self._started_once and attempt < _FIRST_START_ATTEMPTS:
+                if not self._started_once and attempt < _START_ATTEMPTS:
                     self.port = free_port()
                     continue
                 raise ServiceStartError(
@@ -160,7 +160,9 @@ class SeaweedS3:
     def start(self) -> None:
         binary = find_weed()
         first_start = not self._ports
-        attempts = _FIRST_START_ATTEMPTS if first_start else 1
+        # A restart keeps its ports and data but may fail too: weed mini once panicked
+        # (a nil pointer in its volume server's gRPC) while coming back up after a stop.
+        attempts = _START_ATTEMPTS
         for attempt in range(1, attempts + 1):
             if first_start:
                 # A fresh directory per attempt: weed saves its flags in mini.options there.

@@ -138,7 +138,7 @@ class RegistryLink:
 
     async def post_status(self, status: AgentStatus) -> None:
         with _mapped():
-            await self.api.report_status(status)
+            await self.api.send_status(status)
 
     async def aclose(self) -> None:
         await self.api.aclose()

@@ -174,6 +174,13 @@ def report_status(status: AgentStatus) -> Call[AgentOut]:
                 json=status.model_dump(mode="json"))
 
 
+def send_status(status: AgentStatus) -> Call[None]:
+    """``report_status`` with no answer body (RFC 7240 ``Prefer: return=minimal``): the
+    registry answers 204, sparing both sides a copy of the whole report."""
+    return Call("POST", path("agents", status.agent_id, "status"), nothing,
+                json=status.model_dump(mode="json"), headers={"Prefer": "return=minimal"})
+
+
 def inference_credentials() -> Call[InferenceCredentials]:
     return Call("GET", path("agents", "credentials"), model(InferenceCredentials))
 

@@ -71,6 +71,12 @@ class Call(Generic[T]):
     json: Any = None
     body: MultipartBody | None = None
     upload: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def request_headers(self) -> dict[str, str] | None:
+        """The call's own headers and its body's (a multipart boundary), if any."""
+        merged = {**self.headers, **(self.body.headers if self.body is not None else {})}
+        return merged or None
 
 
 def model(cls: type[M]) -> Callable[[Any], M]:

@@ -85,7 +85,7 @@ class AsyncRegistryClient:
     async def send(self, call: Call[T]) -> T:
         """Send one call and parse its answer (the shells' one way to the network)."""
         content = call.body.__aiter__() if call.body is not None else None
-        headers = call.body.headers if call.body is not None else None
+        headers = call.request_headers()
         timeout = self.config.timeout(call)
         try:
             response = await self.http.request(
@@ -293,6 +293,10 @@ class AsyncRegistryClient:
 
     async def report_status(self, status: AgentStatus) -> AgentOut:
         return await self.send(api.report_status(status))
+
+    async def send_status(self, status: AgentStatus) -> None:
+        """Store a report without reading it back (what an agent does on every change)."""
+        await self.send(api.send_status(status))
 
     async def inference_credentials(self) -> InferenceCredentials:
         """Hash and tenant of every live inference token (an agent token's call)."""

@@ -82,7 +82,7 @@ class RegistryClient:
     def send(self, call: Call[T]) -> T:
         """Send one call and parse its answer (the shells' one way to the network)."""
         content = iter(call.body) if call.body is not None else None
-        headers = call.body.headers if call.body is not None else None
+        headers = call.request_headers()
         timeout = self.config.timeout(call)
         try:
             response = self.http.request(
@@ -288,6 +288,10 @@ class RegistryClient:
 
     def report_status(self, status: AgentStatus) -> AgentOut:
         return self.send(api.report_status(status))
+
+    def send_status(self, status: AgentStatus) -> None:
+        """Store a report without reading it back (what an agent does on every change)."""
+        self.send(api.send_status(status))
 
     def inference_credentials(self) -> InferenceCredentials:
         """Hash and tenant of every live inference token (an agent token's call)."""

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Header, Path, Query, Response
 
 from loraplane.api.agents import InferenceCredentials
 from loraplane.api.tokens import AGENT_ID_PATTERN
@@ -29,12 +29,29 @@ async def inference_credentials(session: SessionDep,
     return await auth_service.inference_credentials(session, principal)
 
 
-@router.post("/v1/agents/{agent_id}/status")
+Prefer = Annotated[str | None, Header(
+    description="`return=minimal` (RFC 7240): answer 204 with no body; the report is "
+                "stored the same way. Agents send it: echoing a report of hundreds of "
+                "entries back to each of them cost both sides CPU at every push.")]
+_MINIMAL: dict[int | str, dict[str, Any]] = {
+    204: {"description": "Stored (asked for with `Prefer: return=minimal`)"}}
+
+
+def wants_minimal(prefer: str | None) -> bool:
+    return any(item.split(";", 1)[0].strip().lower() == "return=minimal"
+               for item in (prefer or "").split(","))
+
+
+@router.post("/v1/agents/{agent_id}/status", response_model=AgentOut, responses=_MINIMAL)
 async def report_status(agent_id: AgentId, body: AgentStatus, session: SessionDep,
-                        principal: PrincipalDep, ctx: CtxDep) -> AgentOut:
-    return await service.report_status(
+                        principal: PrincipalDep, ctx: CtxDep,
+                        prefer: Prefer = None) -> AgentOut | Response:
+    stored = await service.report_status(
         session, principal, agent_id, body, stale_after_s=ctx.settings.agent_stale_after_s,
         fleet_note=ctx.fleet.noted if ctx.fleet is not None else None)
+    if wants_minimal(prefer):
+        return Response(status_code=204, headers={"Preference-Applied": "return=minimal"})
+    return stored
 
 
 @router.get("/v1/agents")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 from sqlalchemy import event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -40,15 +42,28 @@ def _sqlite_begin_immediate(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def json_dumps(value: Any) -> str:
+    """JSON columns' serializer: orjson, which wrote an agent's report (a few hundred
+    entries) seven times faster than the standard library. Keys that are not strings
+    become strings, as the standard library made them; what orjson refuses (an integer
+    over 64 bits, which a request may carry) is written by the standard library. Reading
+    stays with the standard library: orjson reads such an integer as a float."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value)
+
+
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    codec: dict[str, Any] = {"json_serializer": json_dumps}
     if url.startswith("sqlite"):
         engine = create_async_engine(
-            url, echo=echo, connect_args={"timeout": 30}
+            url, echo=echo, connect_args={"timeout": 30}, **codec
         )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
-    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10)
+    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, **codec)
 
 
 _DATABASE_MODULES = ("sqlalchemy.", "asyncpg.", "aiosqlite.", "sqlite3.")

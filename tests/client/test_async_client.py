@@ -161,9 +161,13 @@ async def test_agents_rollout_and_desired_state(served: Served, adapter_dir: Pat
             loaded=["bot@1"])
         reported = await agent.report_status(status)
         assert reported.agent_id == "gpu-1" and not reported.stale
+        # As the agent reports: nothing comes back, and the report is stored all the same.
+        later = status.model_copy(update={"time": datetime.now(UTC), "loaded": []})
+        await agent.send_status(later)
     async with admin(served) as registry:
         fleet = await registry.list_agents(base_model="tiny-llama")
         assert [a.agent_id for a in fleet.agents] == ["gpu-1"]
+        assert fleet.agents[0].status.loaded == []
         rollout = await registry.rollout("bot", stale_after_s=600)
         (live,) = rollout.aliases
         assert live.converged and [e.agent_id for e in live.serving] == ["gpu-1"]

@@ -67,6 +67,8 @@ def routes_tokens_events_fleet(url: str, token: str) -> None:
         status = AgentStatus(agent_id="gpu-2", base_model="tiny-llama",
                              time=datetime.now(UTC), served=[])
         assert registry.report_status(status).agent_id == "gpu-2"
+        registry.send_status(status.model_copy(update={"loaded": ["bot@1"]}))
+        assert registry.list_agents().agents[0].status.loaded == ["bot@1"]
         assert [a.agent_id for a in registry.list_agents().agents] == ["gpu-2"]
         assert registry.rollout("bot").adapter == "bot"
         assert [a.name for a in registry.desired("tiny-llama").adapters] == ["bot"]

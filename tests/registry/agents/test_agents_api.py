@@ -147,3 +147,22 @@ async def test_agents_not_seen_for_a_while_are_stale(registry: RegistryHarness) 
         response = await registry.client.get("/v1/agents", params={"stale_after_s": bad},
                                              headers=registry.admin_headers)
         assert_error(response, 422, "invalid_request")
+
+
+async def test_a_report_asked_for_minimal_is_stored_and_answered_without_a_body(
+    registry: RegistryHarness,
+) -> None:
+    token = await registry.token("agent")
+    # RFC 7240: a list of preferences, parameters after ';', any case.
+    for prefer, version in (("return=minimal", 1), ("respond-async, Return=Minimal; x=1", 2)):
+        body = report("gpu-1", entries=[served("bot", version)],
+                      time=datetime.now(UTC) - timedelta(seconds=60 - version))
+        response = await post_status(registry, body, {**token, "Prefer": prefer})
+        assert response.status_code == 204 and response.content == b""
+        assert response.headers["Preference-Applied"] == "return=minimal"
+        stored = (await fleet(registry))["gpu-1"]
+        assert [s["version"] for s in stored["status"]["served"]] == [version]
+    # Without it, or with another return preference, the stored agent comes back.
+    answered = await post_status(registry, report("gpu-1"),
+                                 {**token, "Prefer": "return=representation"})
+    assert answered.status_code == 200 and answered.json()["agent_id"] == "gpu-1"
