@@ -126,7 +126,7 @@ class VllmClient:
     async def load(self, name: str, path: Path) -> None:
         """Load ``path`` as ``name``; a name already loaded counts as success."""
         response = await self._request("POST", "/v1/load_lora_adapter",
-                                       json={"lora_name": name, "lora_path": str(path)})
+                                       body={"lora_name": name, "lora_path": str(path)})
         if response.status_code == 200:
             return
         message = _error_message(response)
@@ -137,7 +137,7 @@ class VllmClient:
     async def unload(self, name: str) -> None:
         """Unload ``name``; a name vLLM does not know counts as success."""
         response = await self._request("POST", "/v1/unload_lora_adapter",
-                                       json={"lora_name": name})
+                                       body={"lora_name": name})
         if response.status_code in (200, 404):
             return
         self._raise(response, _error_message(response), f"unloading {name}", name)
@@ -147,11 +147,12 @@ class VllmClient:
             await self._session.close()
             self._session = None
 
-    async def _request(self, method: str, path: str, *, json: Any = None,
+    async def _request(self, method: str, path: str, *, body: Any = None,
                        timeout_s: float | None = None) -> Answer:
-        limit = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+        # Always given: aiohttp takes ``timeout=None`` as no timeout at all.
+        limit = aiohttp.ClientTimeout(total=self._timeout_s if timeout_s is None else timeout_s)
         try:
-            async with self.session().request(method, f"{self.base_url}{path}", json=json,
+            async with self.session().request(method, f"{self.base_url}{path}", json=body,
                                               timeout=limit) as response:
                 return Answer(response.status, await response.read())
         except UPSTREAM_ERRORS as exc:

@@ -28,3 +28,4 @@ async def test_the_vllm_client_uses_that_expiry() -> None:
         assert connector._keepalive_timeout == KEEPALIVE_S
     finally:
         await client.aclose()
+
