@@ -33,13 +33,9 @@ from bench.common import git_commit, percentile, record, table
 from bench.fanout import PUSHED, adapter_folder, prepare, reported_by, settled
 from bench.fanout_fleet import Fleet, running_fleet
 from bench.fanout_profile import inclusive, profiled
-from bench.sched_probe import thread_sched
+from bench.sched_probe import cpu_ms
 from loraplane.client import AsyncRegistryClient
 from loraplane.placement import assignment
-
-
-def cpu_ms(pid: int) -> float:
-    return thread_sched([pid]).on_cpu / 1e6
 
 
 async def push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> float:

@@ -56,6 +56,11 @@ def thread_sched(pids: list[int]) -> Sched:
     return Sched(threads)
 
 
+def cpu_ms(pid: int) -> float:
+    """CPU one process (all its threads) has used so far, in ms."""
+    return thread_sched([pid]).on_cpu / 1e6
+
+
 def machine_busy_s() -> float:
     """CPU seconds the whole machine has spent busy since boot, every core counted
     (``/proc/stat``: user, nice, system, irq, softirq, steal)."""

@@ -31,7 +31,7 @@ import httpx
 from bench.agent_setup import MachineLoad
 from bench.common import git_commit, percentile, record, registry_alone, table
 from bench.fanout_profile import inclusive, profiled
-from bench.sched_probe import thread_sched
+from bench.sched_probe import cpu_ms
 from loraplane.events import AgentStatus, ServedVersion, TierEntry
 
 BASE = "base"
@@ -63,10 +63,6 @@ async def post(client: httpx.AsyncClient, agent_id: str, token: str,
     if response.status_code != (204 if minimal else 200):
         raise RuntimeError(f"report of {agent_id}: {response.status_code} {response.text}")
     return time.perf_counter() - started
-
-
-def cpu_ms(pid: int) -> float:
-    return thread_sched([pid]).on_cpu / 1e6
 
 
 async def rounds(url: str, pid: int, tokens: dict[str, str], args: argparse.Namespace

@@ -29,6 +29,7 @@ import aiohttp
 import httpx
 from yarl import URL
 
+from inference_agent.lazy_session import LazySession
 from loraplane.client._core import DOWNLOAD_CHUNK, FileCheck, OnBytes
 from loraplane.client.errors import RegistryError
 
@@ -80,21 +81,17 @@ class BlobFetcher:
 
     def __init__(self, *, timeout_s: float = 30.0) -> None:
         # Between bytes, not in total: a large file takes as long as it needs.
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s,
-                                              sock_read=timeout_s)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s,
+                                    sock_read=timeout_s)
         # Seen by the session when it is made (tests watch the requests sent).
         self.trace_configs: list[aiohttp.TraceConfig] = []
-        self._session: aiohttp.ClientSession | None = None
+        # httpx's expiry, which this client replaced: a store's idle timeout is longer.
+        self._session = LazySession(timeout=timeout, keepalive_s=KEEPALIVE_S,
+                                    trace_configs=self.trace_configs)
 
     def session(self) -> aiohttp.ClientSession:
         """Made on first use, inside the running event loop."""
-        if self._session is None:
-            # httpx's expiry, which this client replaced: a store's idle timeout is longer.
-            connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout,
-                cookie_jar=aiohttp.DummyCookieJar(), trace_configs=self.trace_configs)
-        return self._session
+        return self._session.get()
 
     async def download(self, url: str, dest: Path, *, size: int, sha256: str,
                        on_bytes: OnBytes | None = None) -> None:
@@ -120,6 +117,4 @@ class BlobFetcher:
             raise DirectFetchFailed("mismatch", exc.message) from None
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.aclose()

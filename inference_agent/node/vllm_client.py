@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from inference_agent.errors import VllmRefused, VllmUnavailable
+from inference_agent.lazy_session import LazySession
 from inference_agent.serving.upstream import KEEPALIVE_S, UPSTREAM_ERRORS
 
 _ALREADY_LOADED = "has already been loaded"
@@ -66,20 +67,16 @@ class VllmClient:
     def __init__(self, base_url: str, *, timeout_s: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
+        # Idle connections dropped before vLLM closes them (5 s), as the proxy's
+        # are: kept as long as vLLM keeps them, a call could go out on a connection
+        # vLLM was closing and fail with "Server disconnected" (bench/fanout.py: an
+        # agent's start-up died on it, its vLLM stand-in answering a hundred agents).
+        self._session = LazySession(timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                    keepalive_s=KEEPALIVE_S)
 
     def session(self) -> aiohttp.ClientSession:
         """Made on first use, inside the running event loop."""
-        if self._session is None:
-            # Idle connections dropped before vLLM closes them (5 s), as the proxy's
-            # are: kept as long as vLLM keeps them, a call could go out on a connection
-            # vLLM was closing and fail with "Server disconnected" (bench/fanout.py: an
-            # agent's start-up died on it, its vLLM stand-in answering a hundred agents).
-            connector = aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S)
-            self._session = aiohttp.ClientSession(
-                connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=self._timeout_s))
-        return self._session
+        return self._session.get()
 
     async def wait_ready(self, timeout_s: float, *, poll_s: float = 0.5) -> None:
         """Poll ``GET /v1/models`` until it answers 200; VllmUnavailable after timeout_s."""
@@ -143,9 +140,7 @@ class VllmClient:
         self._raise(response, _error_message(response), f"unloading {name}", name)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.aclose()
 
     async def _request(self, method: str, path: str, *, body: Any = None,
                        timeout_s: float | None = None) -> Answer:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import aiohttp
 
+from inference_agent.lazy_session import LazySession
 from inference_agent.serving.openai_errors import ProxyError, vllm_unreachable
 
 # What a caller may catch from an upstream response while it reads the body.
@@ -43,21 +44,15 @@ class Upstream:
                  connect_timeout_s: float, max_connections: int = 1024) -> None:
         self.base_url = base_url.rstrip("/")
         # Between bytes, not in total: a long stream may take as long as it needs.
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s,
-                                              sock_read=request_timeout_s)
-        self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s,
+                                    sock_read=request_timeout_s)
+        # vLLM batches many concurrent requests; the pool must not be the bottleneck.
+        # auto_decompress off: bytes go back to the client as vLLM sent them.
+        self._session = LazySession(timeout=timeout, keepalive_s=KEEPALIVE_S,
+                                    limit=max_connections, auto_decompress=False)
 
     def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            # vLLM batches many concurrent requests; the pool must not be the bottleneck.
-            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0,
-                                             keepalive_timeout=KEEPALIVE_S)
-            # auto_decompress off: bytes go back to the client as vLLM sent them.
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar())
-        return self._session
+        return self._session.get()
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str]
                    ) -> aiohttp.ClientResponse | ProxyError:
@@ -82,6 +77,4 @@ class Upstream:
             return upstream_error(exc)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.aclose()
