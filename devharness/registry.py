@@ -73,6 +73,19 @@ def registry_settings(backend: str, data_dir: Path, nats_url: str,
     )
 
 
+async def blocked_on_a_lock(url: str) -> bool:
+    """Whether a session of this database is waiting on a lock (Postgres only)."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            waiting = await conn.scalar(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"))
+    finally:
+        await engine.dispose()
+    return bool(waiting)
+
+
 async def reset_postgres(pg: PostgresDatabase) -> None:
     """Empty every table so each test starts from a clean, migrated schema."""
     engine = create_async_engine(pg.async_url)

@@ -14,7 +14,9 @@ from registry_service.auth.service import authenticate
 from registry_service.context import RegistryContext
 
 
-def get_ctx(request: Request) -> RegistryContext:
+# Dependencies are async even where they never await: FastAPI runs a plain function
+# in its thread pool, a hand-off to a thread and back on every request.
+async def get_ctx(request: Request) -> RegistryContext:
     ctx: RegistryContext = request.app.state.ctx
     return ctx
 
@@ -32,7 +34,7 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 _bearer = HTTPBearer(auto_error=False)
 
 
-def get_token(
+async def get_token(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str | None:
     return credentials.credentials if credentials else None
@@ -48,3 +50,14 @@ async def get_principal(ctx: CtxDep, token: TokenDep) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def get_principal_in_session(session: SessionDep, token: TokenDep) -> Principal:
+    # The token read opens the use case's transaction. Only for a use case that needs
+    # no isolation of its own from its first statement (the desired-state read does);
+    # it saves a connection checkout, its pre-ping, a BEGIN and a ROLLBACK, which is
+    # most of what a report costs beyond its write, and every agent reports at every push.
+    return await authenticate(session, token)
+
+
+ReportingPrincipalDep = Annotated[Principal, Depends(get_principal_in_session)]

@@ -19,3 +19,6 @@ class AgentRow(Base):
     status: Mapped[dict[str, Any]] = mapped_column(JSON)
     first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The stored report's own time (``status["time"]``), so that taking the next report
+    # need not read the stored one; None on rows stored before migration 0008.
+    reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

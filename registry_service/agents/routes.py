@@ -10,7 +10,7 @@ from loraplane.events import AgentStatus
 from registry_service.agents import service
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
 from registry_service.auth import service as auth_service
-from registry_service.deps import CtxDep, PrincipalDep, SessionDep
+from registry_service.deps import CtxDep, PrincipalDep, ReportingPrincipalDep, SessionDep
 
 router = APIRouter(tags=["agents"])
 
@@ -44,7 +44,7 @@ def wants_minimal(prefer: str | None) -> bool:
 
 @router.post("/v1/agents/{agent_id}/status", response_model=AgentOut, responses=_MINIMAL)
 async def report_status(agent_id: AgentId, body: AgentStatus, session: SessionDep,
-                        principal: PrincipalDep, ctx: CtxDep,
+                        principal: ReportingPrincipalDep, ctx: CtxDep,
                         prefer: Prefer = None) -> AgentOut | Response:
     stored = await service.report_status(
         session, principal, agent_id, body, stale_after_s=ctx.settings.agent_stale_after_s,

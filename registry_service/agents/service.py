@@ -7,18 +7,17 @@ An agent's report replaces its previous one. Tenant-scoped readers see every age
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import NamedTuple, NoReturn
+from datetime import datetime, timedelta
+from typing import NoReturn
 
-from pydantic import TypeAdapter
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import AgentStatus
 from registry_service.adapters.models import Adapter
 from registry_service.agents.fleet import record_fleet_change
 from registry_service.agents.models import AgentRow
+from registry_service.agents.reports import Seen, upsert_agent_status
 from registry_service.agents.rollout import (
     AgentReport,
     AliasTarget,
@@ -41,10 +40,6 @@ DEFAULT_STALE_AFTER_S = 3 * HEARTBEAT_INTERVAL_S
 MAX_STATUS_ENTRIES = 10_000
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _check_report(agent_id: str, status: AgentStatus) -> None:
     if status.agent_id != agent_id:
         raise InvalidInput("agent_id in the body does not match the path",
@@ -56,78 +51,6 @@ def _check_report(agent_id: str, status: AgentStatus) -> None:
     if entries > MAX_STATUS_ENTRIES:
         raise InvalidInput(f"a status may list at most {MAX_STATUS_ENTRIES} entries",
                            code="status_too_large", detail={"entries": entries})
-
-
-_TIME = TypeAdapter(datetime)
-
-
-def _apply(row: AgentRow, status: AgentStatus, now: datetime) -> bool:
-    """Store ``status`` unless the row holds a newer one; whether it was stored."""
-    # Only the stored report's time is read: validating the whole of it (hundreds of
-    # entries) cost more than the rest of a report's handling.
-    stored_time = _TIME.validate_python(row.status["time"])
-    # Retried requests can arrive out of order; an older report never replaces a newer.
-    # A row stored before times were capped may lie in the future: it counts as now.
-    if _utc(status.time) < min(_utc(stored_time), now):
-        return False
-    row.base_model = status.base_model
-    row.status = status.model_dump(mode="json")
-    return True
-
-
-def _was_live(row: AgentRow | None, base_model: str, since: datetime) -> bool:
-    return (row is not None and row.base_model == base_model
-            and _utc(row.last_seen_at) >= since)
-
-
-class Upserted(NamedTuple):
-    row: AgentRow
-    was_live: bool  # of the report's base model, before this report
-    status: AgentStatus  # the report the row holds now: this one, unless it held a newer
-
-
-async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
-                              stale_after_s: float = DEFAULT_STALE_AFTER_S) -> Upserted:
-    """Store a report and mark the agent seen now; the caller commits.
-
-    Also the entry point for reports that arrive some other way than HTTP. The report's
-    time is capped at the registry's clock: an agent whose clock runs ahead would
-    otherwise make every later report look older, and its status would freeze. A
-    leaving agent's report makes it stale at once.
-    """
-    now = utcnow()
-    if _utc(status.time) > now:
-        status = status.model_copy(update={"time": now})
-    row = await session.get(AgentRow, status.agent_id, with_for_update=True)
-    since = now - timedelta(seconds=stale_after_s)
-    was_live = _was_live(row, status.base_model, since)
-    if row is not None:
-        stored = _apply(row, status, now)
-    else:
-        row, stored = await _insert_agent(session, status, now)
-    # A second more than the window: stale whatever clock reading compares it next.
-    row.last_seen_at = (now if not status.leaving
-                        else min(_utc(row.last_seen_at), since - timedelta(seconds=1)))
-    return Upserted(row, was_live,
-                    status if stored else AgentStatus.model_validate(row.status))
-
-
-async def _insert_agent(session: AsyncSession, status: AgentStatus,
-                        now: datetime) -> tuple[AgentRow, bool]:
-    """The new row, and whether it holds ``status`` (see ``_apply``)."""
-    try:
-        async with session.begin_nested():
-            row = AgentRow(agent_id=status.agent_id, base_model=status.base_model,
-                           status=status.model_dump(mode="json"))
-            session.add(row)
-        return row, True
-    except IntegrityError:
-        # Its first two reports raced; the other one inserted the row.
-        existing = await session.get(AgentRow, status.agent_id, with_for_update=True,
-                                     populate_existing=True)
-        if existing is None:
-            raise
-        return existing, _apply(existing, status, now)
 
 
 async def _bind_agent_token(session: AsyncSession, principal: Principal,
@@ -169,8 +92,8 @@ async def report_status(
     principal.require(Role.AGENT)
     _check_report(agent_id, status)
     await _bind_agent_token(session, principal, agent_id)
-    row, was_live, stored = await upsert_agent_status(session, status,
-                                                      stale_after_s=stale_after_s)
+    seen, was_live, stored = await upsert_agent_status(session, status,
+                                                       stale_after_s=stale_after_s)
     changed: list[str] | None = None
     if was_live == status.leaving:  # joined, or left
         changed = await live_agent_ids(session, status.base_model, stale_after_s=stale_after_s)
@@ -180,10 +103,10 @@ async def report_status(
     await session.commit()
     if changed is not None and fleet_note is not None:
         fleet_note(status.base_model, changed)
-    return _out(row, stored, now=utcnow(), stale_after_s=stale_after_s)
+    return _out(seen, stored, now=utcnow(), stale_after_s=stale_after_s)
 
 
-def _out(row: AgentRow, status: AgentStatus, *, now: datetime,
+def _out(row: AgentRow | Seen, status: AgentStatus, *, now: datetime,
          stale_after_s: float) -> AgentOut:
     age = max(0.0, (now - row.last_seen_at).total_seconds())
     return AgentOut(agent_id=row.agent_id, base_model=row.base_model,

@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from devharness.adapters import make_adapter
-from devharness.registry import RegistryHarness
+from devharness.registry import RegistryHarness, blocked_on_a_lock
 from devharness.uploads import adapter_parts, stored_blobs
 from devharness.waiting import eventually
 from registry_service.blobs.models import BlobLease
@@ -154,18 +154,6 @@ async def test_collector_keeps_a_blob_an_upload_in_flight_will_reference(
             headers=registry.admin_headers, follow_redirects=False)
         assert download.status_code == 307, download.text
     assert (await collect(registry))["deleted"] == 0
-
-
-async def blocked_on_a_lock(url: str) -> bool:
-    engine = create_async_engine(url)
-    try:
-        async with engine.connect() as conn:
-            waiting = await conn.scalar(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"))
-    finally:
-        await engine.dispose()
-    return bool(waiting)
 
 
 async def leased(registry: RegistryHarness) -> set[str]:

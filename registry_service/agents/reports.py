@@ -1,0 +1,136 @@
+"""Storing an agent's report: the one write every agent makes after every change.
+
+At a push every agent of the fleet reports, so this is what the registry's cost per
+event grows with. The stored report (hundreds of entries) is therefore never read
+back to store the next one: its time is kept in a column of its own
+(``reported_at``), and the row is updated in one statement.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+from pydantic import TypeAdapter
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from loraplane.events import AgentStatus
+from registry_service.agents.models import AgentRow
+from registry_service.db.base import utcnow
+
+_TIME = TypeAdapter(datetime)
+
+
+def utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Seen(NamedTuple):
+    """An agent's row without its report, as it is after the upsert."""
+    agent_id: str
+    base_model: str
+    first_seen_at: datetime
+    last_seen_at: datetime
+
+
+class Upserted(NamedTuple):
+    seen: Seen
+    was_live: bool  # of the report's base model, before this report
+    status: AgentStatus  # the report the row holds now: this one, unless it held a newer
+
+
+class _Stored(NamedTuple):
+    base_model: str
+    first_seen_at: datetime
+    last_seen_at: datetime
+    reported_at: datetime  # the stored report's own time
+
+
+async def _locked(session: AsyncSession, agent_id: str) -> _Stored | None:
+    """The row's columns and its report's time, locked until the commit."""
+    row = (await session.execute(
+        select(AgentRow.base_model, AgentRow.first_seen_at, AgentRow.last_seen_at,
+               AgentRow.reported_at)
+        .where(AgentRow.agent_id == agent_id).with_for_update())).one_or_none()
+    if row is None:
+        return None
+    base_model, first_seen_at, last_seen_at, reported_at = row
+    if reported_at is None:  # stored before migration 0008: read from the report, once
+        report = await session.scalar(select(AgentRow.status)
+                                      .where(AgentRow.agent_id == agent_id))
+        reported_at = _TIME.validate_python((report or {}).get("time"))
+    return _Stored(base_model, first_seen_at, last_seen_at, reported_at)
+
+
+def _newer_than_stored(stored: _Stored, status: AgentStatus, now: datetime) -> bool:
+    # Retried requests can arrive out of order; an older report never replaces a newer.
+    # A row stored before times were capped may lie in the future: it counts as now.
+    return utc(status.time) >= min(utc(stored.reported_at), now)
+
+
+def _was_live(stored: _Stored | None, base_model: str, since: datetime) -> bool:
+    return (stored is not None and stored.base_model == base_model
+            and utc(stored.last_seen_at) >= since)
+
+
+def _seen_at(leaving: bool, last_seen_at: datetime, now: datetime,
+             since: datetime) -> datetime:
+    # A second more than the window: stale whatever clock reading compares it next.
+    return min(utc(last_seen_at), since - timedelta(seconds=1)) if leaving else now
+
+
+async def _insert(session: AsyncSession, status: AgentStatus, now: datetime,
+                  last_seen_at: datetime) -> bool:
+    """Whether the row was inserted; False if another first report inserted it."""
+    try:
+        async with session.begin_nested():
+            session.add(AgentRow(agent_id=status.agent_id, base_model=status.base_model,
+                                 status=status.model_dump(mode="json"),
+                                 reported_at=utc(status.time), first_seen_at=now,
+                                 last_seen_at=last_seen_at))
+        return True
+    except IntegrityError:
+        return False
+
+
+async def _write(session: AsyncSession, agent_id: str, **values: object) -> None:
+    await session.execute(update(AgentRow).where(AgentRow.agent_id == agent_id)
+                          .values(**values).execution_options(synchronize_session=False))
+
+
+async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
+                              stale_after_s: float) -> Upserted:
+    """Store a report and mark the agent seen now; the caller commits.
+
+    Also the entry point for reports that arrive some other way than HTTP. The report's
+    time is capped at the registry's clock: an agent whose clock runs ahead would
+    otherwise make every later report look older, and its status would freeze. A
+    leaving agent's report makes it stale at once, even one older than the stored.
+    """
+    now = utcnow()
+    if utc(status.time) > now:
+        status = status.model_copy(update={"time": now})
+    since = now - timedelta(seconds=stale_after_s)
+    agent_id = status.agent_id
+    stored = await _locked(session, agent_id)
+    if stored is None:
+        last = _seen_at(status.leaving, now, now, since)
+        if await _insert(session, status, now, last):
+            return Upserted(Seen(agent_id, status.base_model, now, last), False, status)
+        # Its first two reports raced and the other one inserted the row.
+        stored = await _locked(session, agent_id)
+        if stored is None:
+            raise RuntimeError(f"agent {agent_id!r}: its row was inserted and is gone")
+    was_live = _was_live(stored, status.base_model, since)
+    last = _seen_at(status.leaving, stored.last_seen_at, now, since)
+    if _newer_than_stored(stored, status, now):
+        await _write(session, agent_id, last_seen_at=last, base_model=status.base_model,
+                     status=status.model_dump(mode="json"), reported_at=utc(status.time))
+        return Upserted(Seen(agent_id, status.base_model, stored.first_seen_at, last),
+                        was_live, status)
+    await _write(session, agent_id, last_seen_at=last)
+    held = await session.scalar(select(AgentRow.status).where(AgentRow.agent_id == agent_id))
+    return Upserted(Seen(agent_id, stored.base_model, stored.first_seen_at, last),
+                    was_live, AgentStatus.model_validate(held))
