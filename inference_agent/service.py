@@ -196,7 +196,8 @@ class Agent:
                               heartbeat_interval_s=self.settings.heartbeat_interval_s,
                               disk=self.materializer, owned=self.reconciler.placement,
                               settling=self.swapper.settling,
-                              settle_max_s=self.settings.status_settle_max_s)
+                              settle_max_s=self.settings.status_settle_max_s,
+                              debounce_s=self.settings.status_debounce_s)
 
     def _event_key(self, key: str) -> None:
         """A key the event stream asks for: credentials go to their refresher; a full

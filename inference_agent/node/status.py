@@ -130,7 +130,7 @@ class StatusReporter:
 
     def __init__(self, *, agent_id: str, base_model: str, routes: RouteTable,
                  cache: LoadedNames, swapper: Draining, sources: Iterable[FailureSource],
-                 post: Post, heartbeat_interval_s: float, debounce_s: float = 0.5,
+                 post: Post, heartbeat_interval_s: float, debounce_s: float = 0.1,
                  retry_s: float = 5.0, disk: DiskTier | None = None,
                  owned: Owned | None = None, settling: Callable[[], bool] | None = None,
                  settle_max_s: float = 5.0, settle_poll_s: float = 0.25) -> None:

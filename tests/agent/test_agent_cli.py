@@ -109,6 +109,10 @@ def test_environment_variables_and_global_flags_count(tmp_path: Path) -> None:
                                 "LORAPLANE_WATCH_DIR": str(tmp_path),
                                 "LORAPLANE_MAX_LOADED": "0"}),
             "--max-loaded (LORAPLANE_MAX_LOADED)")
+    for bad in ("-1", "61", "soon"):
+        refused(run(["agent", "--base-model", "m", "--watch-dir", str(tmp_path),
+                     *keys(tmp_path)], env={"LORAPLANE_STATUS_DEBOUNCE_S": bad}),
+                "(LORAPLANE_STATUS_DEBOUNCE_S)")
     # The group's --registry is taken over: without a token that is refused.
     refused(run(["--registry", "http://r:1", "agent", "--base-model", "m"]),
             "--registry needs --token")
