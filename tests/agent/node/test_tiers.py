@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from devharness.testbed import metric
+from inference_agent.node.materialize import STAGING, _versions_in
 from inference_agent.node.status import tier_entries
 from inference_agent.serving.routes import RouteTable
 from tests.agent.adapter_refs import adapter_ref
@@ -47,3 +48,16 @@ def test_each_version_reports_its_tier_and_ownership(tmp_path: Path) -> None:
     assert [(e.adapter, e.version, e.tier, e.owned) for e in entries] == [
         ("bot", 2, "warm", True), ("bot", 3, "hot", True),
         ("cold", 0, "warm", False), ("cold", 1, "cold", False)]
+
+
+def test_the_warm_tier_is_read_from_folder_names_only(tmp_path: Path) -> None:
+    """``on_disk`` lists ``<adapter>/<N>-<digest>`` folders: not files, not the staging
+    area, not other names; an adapter folder evicted while it is read counts as none."""
+    world = World(tmp_path, capacity=1)
+    cache = world.materializer.cache_dir
+    for path in ("bot/1-aa", "bot/12-bb", "bot/x-cc", "other/3-dd", f"{STAGING}/4-ee"):
+        (cache / path).mkdir(parents=True)
+    (cache / "bot" / "5-ff").write_text("a file, not a version")
+    (cache / "stray-file").write_text("")
+    assert world.materializer.on_disk() == {("bot", 1), ("bot", 12), ("other", 3)}
+    assert _versions_in(str(cache / "evicted-meanwhile")) == []
