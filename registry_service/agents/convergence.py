@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -22,7 +22,7 @@ from registry_service.adapters.models import Adapter
 from registry_service.agents.models import AgentRow
 from registry_service.agents.service import DEFAULT_STALE_AFTER_S
 from registry_service.aliases.models import Alias
-from registry_service.db.base import utcnow
+from registry_service.db.base import as_utc, utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import RegistryError
 from registry_service.metrics import AliasConvergence, RegistryMetrics
@@ -55,14 +55,10 @@ class _Index:
                    | which.get((t.adapter, None, t.version), set()))
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _index(rows: list[AgentRow], now: datetime, stale_after_s: float) -> _Index:
     index = _Index(fleet=defaultdict(int), serving=defaultdict(set), failed=defaultdict(set))
     for row in rows:
-        if (now - _utc(row.last_seen_at)).total_seconds() > stale_after_s:
+        if (now - as_utc(row.last_seen_at)).total_seconds() > stale_after_s:
             continue
         index.fleet[row.base_model] += 1
         status = AgentStatus.model_validate(row.status)
@@ -90,7 +86,7 @@ async def fleet_convergence(
     """Each live alias's convergence, and when each agent last reported."""
     now = utcnow()
     rows = list(await session.scalars(select(AgentRow)))
-    index = _index(rows, _utc(now), stale_after_s)
+    index = _index(rows, as_utc(now), stale_after_s)
     aliases = [
         AliasConvergence(adapter=t.adapter, alias=t.alias,
                          expected=index.fleet.get(t.base_model, 0),
@@ -98,7 +94,7 @@ async def fleet_convergence(
                          failed=index.count(index.failed, t))
         for t in await _targets(session)
     ]
-    return aliases, {row.agent_id: _utc(row.last_seen_at) for row in rows}
+    return aliases, {row.agent_id: as_utc(row.last_seen_at) for row in rows}
 
 
 async def refresh_fleet_metrics(db: Database, metrics: RegistryMetrics,

@@ -8,7 +8,7 @@ back to store the next one: its time is kept in a column of its own
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from pydantic import TypeAdapter
@@ -18,13 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import AgentStatus
 from registry_service.agents.models import AgentRow
-from registry_service.db.base import utcnow
+from registry_service.db.base import as_utc, utcnow
 
 _TIME = TypeAdapter(datetime)
-
-
-def utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Seen(NamedTuple):
@@ -67,18 +63,18 @@ async def _locked(session: AsyncSession, agent_id: str) -> _Stored | None:
 def _newer_than_stored(stored: _Stored, status: AgentStatus, now: datetime) -> bool:
     # Retried requests can arrive out of order; an older report never replaces a newer.
     # A row stored before times were capped may lie in the future: it counts as now.
-    return utc(status.time) >= min(utc(stored.reported_at), now)
+    return as_utc(status.time) >= min(as_utc(stored.reported_at), now)
 
 
 def _was_live(stored: _Stored | None, base_model: str, since: datetime) -> bool:
     return (stored is not None and stored.base_model == base_model
-            and utc(stored.last_seen_at) >= since)
+            and as_utc(stored.last_seen_at) >= since)
 
 
 def _seen_at(leaving: bool, last_seen_at: datetime, now: datetime,
              since: datetime) -> datetime:
     # A second more than the window: stale whatever clock reading compares it next.
-    return min(utc(last_seen_at), since - timedelta(seconds=1)) if leaving else now
+    return min(as_utc(last_seen_at), since - timedelta(seconds=1)) if leaving else now
 
 
 async def _insert(session: AsyncSession, status: AgentStatus, now: datetime,
@@ -88,7 +84,7 @@ async def _insert(session: AsyncSession, status: AgentStatus, now: datetime,
         async with session.begin_nested():
             session.add(AgentRow(agent_id=status.agent_id, base_model=status.base_model,
                                  status=status.model_dump(mode="json"),
-                                 reported_at=utc(status.time), first_seen_at=now,
+                                 reported_at=as_utc(status.time), first_seen_at=now,
                                  last_seen_at=last_seen_at))
         return True
     except IntegrityError:
@@ -110,7 +106,7 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
     leaving agent's report makes it stale at once, even one older than the stored.
     """
     now = utcnow()
-    if utc(status.time) > now:
+    if as_utc(status.time) > now:
         status = status.model_copy(update={"time": now})
     since = now - timedelta(seconds=stale_after_s)
     agent_id = status.agent_id
@@ -127,7 +123,7 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
     last = _seen_at(status.leaving, stored.last_seen_at, now, since)
     if _newer_than_stored(stored, status, now):
         await _write(session, agent_id, last_seen_at=last, base_model=status.base_model,
-                     status=status.model_dump(mode="json"), reported_at=utc(status.time))
+                     status=status.model_dump(mode="json"), reported_at=as_utc(status.time))
         return Upserted(Seen(agent_id, status.base_model, stored.first_seen_at, last),
                         was_live, status)
     await _write(session, agent_id, last_seen_at=last)
