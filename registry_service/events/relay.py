@@ -21,7 +21,8 @@ Hand-over (handover.py): a commit in this process hands its rows to the relay
 (``notify``), whose hand-over task publishes them at once: no claim transaction, and no
 wait for a claiming pass in progress, lies between a commit and the agents (measured by
 bench/relay_latency.py). Those rows are not claimed; only rows this process
-committed are handed, and only after their commit, so nothing goes out before it. If
+committed are handed, and only after their commit, so nothing goes out before it. Rows
+handed over before the relay has first connected wait for that connection. If
 their publish fails, they are left unpublished and the next pass claims them as any
 other; if this process dies first, another relay or the restarted one does. A replica
 polling at the same moment may publish a handed row too: the ``Nats-Msg-Id`` makes the
@@ -99,7 +100,8 @@ class EventRelay:
         self._settings = settings
         self._metrics = metrics
         self._bus: EventBus | None = None
-        self._stream_ready = False
+        # Set once the bus is connected and the stream ensured; the hand-over waits on it.
+        self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -181,6 +183,7 @@ class EventRelay:
                     raise
             if pending:
                 await self._release_claims()
+        self._ready.clear()
         if self._bus is not None:
             await self._bus.close()
             self._bus = None
@@ -221,9 +224,14 @@ class EventRelay:
 
     async def _publish_handed(self, rows: list[EventRow]) -> bool:
         """Publish rows a commit handed over, with no claim; False if not all went
-        out (the claiming pass then takes the rest, with its backoff)."""
+        out (the claiming pass then takes the rest, with its backoff).
+
+        Rows handed over before the first pass has connected wait for it here: left to
+        a claiming pass, they would wait for the poll interval (or for ever, where
+        another relay's claim is live)."""
+        await self._ready.wait()
         bus = self._bus
-        if bus is None or not bus.is_connected or not self._stream_ready:
+        if bus is None or not bus.is_connected:
             return False
         deadline = time.monotonic() + self._settings.relay_claim_lease_s
         acked, failure = await self._publish_rows(bus, rows, deadline)
@@ -234,14 +242,16 @@ class EventRelay:
     async def _ready_bus(self) -> EventBus:
         if self._bus is not None and self._bus.is_closed:
             self._bus = None
+            self._ready.clear()
         if self._bus is None:
             bus = EventBus(self._url, security=self._security,
                            request_timeout_s=self._settings.relay_publish_timeout_s)
             await bus.connect()
-            self._bus, self._stream_ready = bus, False
-        if not self._stream_ready:
+            self._bus = bus
+            self._ready.clear()
+        if not self._ready.is_set():
             await self._bus.ensure_stream()
-            self._stream_ready = True
+            self._ready.set()
         return self._bus
 
     async def _claim(self) -> Sequence[EventRow]:
@@ -291,7 +301,7 @@ class EventRelay:
                 self._metrics.relay_publish.observe(time.perf_counter() - started)
             except EventBusUnavailable as exc:
                 # The stream may be gone (a fresh server); check it before the retry.
-                self._stream_ready = False
+                self._ready.clear()
                 return acked, exc
             acked.append(Acked(row.seq, stream_seq))
         return acked, None
