@@ -1,6 +1,6 @@
 """Adapter-format validation shared by the registry and the inference agent.
 
-Pure Python and numpy: safetensors and archives are parsed here, strictly,
+Pure Python, no numpy: safetensors and archives are parsed here, strictly,
 in bounded chunks.
 """
 

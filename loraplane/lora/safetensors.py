@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-import numpy as np
-
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.finite import first_non_finite
 
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
@@ -57,17 +56,17 @@ FLOAT_DTYPES: tuple[str, ...] = ("F16", "BF16", "F32", "F64")
 class _FloatBits:
     """IEEE-style bit layout: a value is NaN/Inf when all exponent bits are set."""
 
-    uint: str
+    size: int  # bytes per value, little-endian
     exponent: int
     mantissa: int
     sign: int
 
 
 FLOAT_BITS: dict[str, _FloatBits] = {
-    "F16": _FloatBits("<u2", 0x7C00, 0x03FF, 0x8000),
-    "BF16": _FloatBits("<u2", 0x7F80, 0x007F, 0x8000),
-    "F32": _FloatBits("<u4", 0x7F800000, 0x007FFFFF, 0x80000000),
-    "F64": _FloatBits("<u8", 0x7FF0000000000000, 0x000FFFFFFFFFFFFF, 0x8000000000000000),
+    "F16": _FloatBits(2, 0x7C00, 0x03FF, 0x8000),
+    "BF16": _FloatBits(2, 0x7F80, 0x007F, 0x8000),
+    "F32": _FloatBits(4, 0x7F800000, 0x007FFFFF, 0x80000000),
+    "F64": _FloatBits(8, 0x7FF0000000000000, 0x000FFFFFFFFFFFFF, 0x8000000000000000),
 }
 
 _TENSOR_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
@@ -306,12 +305,10 @@ def check_float_dtypes(header: SafetensorsHeader) -> None:
 
 
 class _Scratch:
-    """Buffers reused for every chunk so a scan allocates nothing per chunk."""
+    """A buffer reused for every chunk, so a read allocates nothing per chunk."""
 
     def __init__(self, chunk_bytes: int) -> None:
         self.raw = bytearray(chunk_bytes)
-        self.bits = bytearray(chunk_bytes)
-        self.flags = np.empty(chunk_bytes // 2, dtype=np.bool_)
 
 
 def scan_finite(
@@ -339,21 +336,19 @@ def scan_finite(
 
 def _scan_tensor(f: io.FileIO, data_start: int, info: TensorInfo, scratch: _Scratch) -> None:
     layout = FLOAT_BITS[info.dtype]
-    itemsize = np.dtype(layout.uint).itemsize
+    itemsize = layout.size
     step = len(scratch.raw) // itemsize * itemsize
     f.seek(data_start + info.begin)
     done = 0
     while done < info.nbytes:
         size = min(step, info.nbytes - done)
         _read_exactly(f, memoryview(scratch.raw)[:size], info.name)
-        count = size // itemsize
-        values = np.frombuffer(scratch.raw, dtype=layout.uint, count=count)
-        bits = np.frombuffer(scratch.bits, dtype=layout.uint, count=count)
-        np.bitwise_and(values, layout.exponent, out=bits)
-        hits = np.equal(bits, layout.exponent, out=scratch.flags[:count])
-        if hits.any():
-            position = int(np.argmax(hits))
-            _raise_non_finite(info, done // itemsize + position, int(values[position]), layout)
+        values = scratch.raw if size == len(scratch.raw) else scratch.raw[:size]
+        position = first_non_finite(values, itemsize, layout.exponent)
+        if position is not None:
+            raw = values[position * itemsize:(position + 1) * itemsize]
+            _raise_non_finite(info, done // itemsize + position,
+                              int.from_bytes(raw, "little"), layout)
         done += size
 
 

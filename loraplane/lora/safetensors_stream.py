@@ -9,9 +9,8 @@ report problems in the same order as ``validate_adapter_dir`` does for a file on
 
 from __future__ import annotations
 
-import numpy as np
-
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.finite import first_non_finite
 from loraplane.lora.safetensors import (
     DEFAULT_MAX_HEADER_BYTES,
     FLOAT_BITS,
@@ -41,8 +40,6 @@ class SafetensorsStream:
         self._index = 0
         self._position = 0  # bytes of the data section seen so far
         self._carry = b""  # the start of a value split between two pieces
-        self._bits = np.empty(_SCAN_BYTES, dtype=np.uint8)
-        self._flags = np.empty(_SCAN_BYTES // 2, dtype=np.bool_)
 
     @property
     def failed(self) -> bool:
@@ -128,7 +125,7 @@ class SafetensorsStream:
         # Bytes past the last tensor are counted (by ``size``) and refused by ``header()``.
 
     def _scan_piece(self, info: TensorInfo, offset: int, piece: memoryview) -> None:
-        itemsize = np.dtype(FLOAT_BITS[info.dtype].uint).itemsize
+        itemsize = FLOAT_BITS[info.dtype].size
         start = offset - len(self._carry)
         if self._carry:
             need = itemsize - len(self._carry)
@@ -146,11 +143,9 @@ class SafetensorsStream:
 
     def _check_values(self, info: TensorInfo, byte_start: int, buf: bytes | memoryview) -> None:
         layout = FLOAT_BITS[info.dtype]
-        values = np.frombuffer(buf, dtype=layout.uint)
-        bits = self._bits[:len(buf)].view(layout.uint)
-        np.bitwise_and(values, layout.exponent, out=bits)
-        hits = np.equal(bits, layout.exponent, out=self._flags[:len(values)])
-        if hits.any():
-            position = int(np.argmax(hits))
-            index = byte_start // values.itemsize + position
-            self._scan_error = non_finite_error(info, index, int(values[position]), layout)
+        position = first_non_finite(buf, layout.size, layout.exponent)
+        if position is not None:
+            raw = bytes(buf[position * layout.size:(position + 1) * layout.size])
+            index = byte_start // layout.size + position
+            self._scan_error = non_finite_error(info, index, int.from_bytes(raw, "little"),
+                                                layout)

@@ -1,0 +1,67 @@
+"""Finding the first NaN or Inf among little-endian IEEE floats, without numpy.
+
+numpy was the only reason the registry imported it, and importing it costs about 11 MiB
+of RSS in every registry and agent process (docs/benchmarks.md, upload memory). These
+checks run at C speed on ``bytes`` all the same.
+
+A value is NaN or Inf when every bit of its exponent is set. In every float dtype that
+safetensors names, the exponent begins in the value's top byte and ends in it or in the
+byte below. So the top byte of every value is sliced out (one C loop), and only where
+some top byte can begin a non-finite value (for float32 and bfloat16, 0x7F or 0xFF:
+values of magnitude 2**127 and more, which trained weights never hold) are the two bytes
+compared as a whole, with translation tables and one integer AND, still in C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True, slots=True)
+class _ExponentBytes:
+    """Where a dtype's exponent lies, byte by byte, for one value size."""
+
+    size: int
+    # Top bytes that have every exponent bit of the top byte set, each as one byte.
+    possible: tuple[bytes, ...]
+    # Translation tables: a byte becomes 1 where it has every exponent bit of its place.
+    top: bytes
+    below: bytes | None  # None when the exponent lies wholly in the top byte
+
+
+def _table(mask: int) -> bytes:
+    return bytes(1 if byte & mask == mask else 0 for byte in range(256))
+
+
+@cache
+def _exponent_bytes(size: int, exponent: int) -> _ExponentBytes:
+    if size < 2 or exponent >> 8 * size or exponent & ((1 << 8 * (size - 2)) - 1) \
+            or not exponent >> 8 * (size - 1):
+        raise ValueError(f"exponent {exponent:#x} of {size}-byte values does not begin in "
+                         "the top byte and end in the two top bytes")
+    top_mask = exponent >> 8 * (size - 1)
+    below_mask = exponent >> 8 * (size - 2) & 0xFF
+    possible = tuple(bytes([b]) for b in range(256) if b & top_mask == top_mask)
+    return _ExponentBytes(size, possible, _table(top_mask),
+                          _table(below_mask) if below_mask else None)
+
+
+def first_non_finite(values: bytes | bytearray | memoryview, size: int,
+                     exponent: int) -> int | None:
+    """Index of the first value in ``values`` with every ``exponent`` bit set, or None.
+
+    ``values`` holds whole little-endian values of ``size`` bytes each.
+    """
+    layout = _exponent_bytes(size, exponent)
+    # Slicing with a step is a C loop on bytes and bytearray, not on memoryview.
+    data = values if isinstance(values, (bytes, bytearray)) else bytes(values)
+    top = data[size - 1::size]
+    if not any(byte in top for byte in layout.possible):
+        return None
+    marks = int.from_bytes(top.translate(layout.top), "little")
+    if layout.below is not None:
+        marks &= int.from_bytes(data[size - 2::size].translate(layout.below), "little")
+    if not marks:
+        return None
+    return ((marks & -marks).bit_length() - 1) // 8
