@@ -47,21 +47,23 @@ def _exponent_bytes(size: int, exponent: int) -> _ExponentBytes:
                           _table(below_mask) if below_mask else None)
 
 
-def first_non_finite(values: bytes | bytearray | memoryview, size: int,
-                     exponent: int) -> int | None:
-    """Index of the first value in ``values`` with every ``exponent`` bit set, or None.
+def first_non_finite(data: bytes | bytearray, size: int, exponent: int,
+                     stop: int | None = None) -> int | None:
+    """Index of the first value in ``data[:stop]`` with every ``exponent`` bit set, or
+    None. The values are little-endian, ``size`` bytes each.
 
-    ``values`` holds whole little-endian values of ``size`` bytes each.
+    ``bytes`` or ``bytearray`` only: slicing with a step is a C loop on them, and a
+    generic copy per item on a ``memoryview``. A caller with a view copies it into a
+    buffer it reuses (a fresh MiB would be an ``mmap`` and its page faults each time:
+    registry_service/memory.py).
     """
     layout = _exponent_bytes(size, exponent)
-    # Slicing with a step is a C loop on bytes and bytearray, not on memoryview.
-    data = values if isinstance(values, (bytes, bytearray)) else bytes(values)
-    top = data[size - 1::size]
+    top = data[size - 1:stop:size]
     if not any(byte in top for byte in layout.possible):
         return None
     marks = int.from_bytes(top.translate(layout.top), "little")
     if layout.below is not None:
-        marks &= int.from_bytes(data[size - 2::size].translate(layout.below), "little")
+        marks &= int.from_bytes(data[size - 2:stop:size].translate(layout.below), "little")
     if not marks:
         return None
     return ((marks & -marks).bit_length() - 1) // 8

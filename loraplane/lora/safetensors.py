@@ -343,10 +343,9 @@ def _scan_tensor(f: io.FileIO, data_start: int, info: TensorInfo, scratch: _Scra
     while done < info.nbytes:
         size = min(step, info.nbytes - done)
         _read_exactly(f, memoryview(scratch.raw)[:size], info.name)
-        values = scratch.raw if size == len(scratch.raw) else scratch.raw[:size]
-        position = first_non_finite(values, itemsize, layout.exponent)
+        position = first_non_finite(scratch.raw, itemsize, layout.exponent, size)
         if position is not None:
-            raw = values[position * itemsize:(position + 1) * itemsize]
+            raw = scratch.raw[position * itemsize:(position + 1) * itemsize]
             _raise_non_finite(info, done // itemsize + position,
                               int.from_bytes(raw, "little"), layout)
         done += size

@@ -20,8 +20,10 @@ from loraplane.lora.safetensors import (
     parse_header_bytes,
 )
 
-# Values are checked this many bytes at a time, into scratch buffers reused throughout.
-_SCAN_BYTES = 1024 * 1024
+# Values are checked this many bytes at a time, each piece copied into one scratch buffer
+# reused throughout: small enough for the heap (a MiB would be an mmap of its own,
+# registry_service/memory.py) and to add little to an upload's peak memory.
+_SCAN_BYTES = 256 * 1024
 
 
 class SafetensorsStream:
@@ -40,6 +42,7 @@ class SafetensorsStream:
         self._index = 0
         self._position = 0  # bytes of the data section seen so far
         self._carry = b""  # the start of a value split between two pieces
+        self._scratch = bytearray()  # values are copied here to be checked
 
     @property
     def failed(self) -> bool:
@@ -143,7 +146,13 @@ class SafetensorsStream:
 
     def _check_values(self, info: TensorInfo, byte_start: int, buf: bytes | memoryview) -> None:
         layout = FLOAT_BITS[info.dtype]
-        position = first_non_finite(buf, layout.size, layout.exponent)
+        if isinstance(buf, bytes):
+            position = first_non_finite(buf, layout.size, layout.exponent)
+        else:
+            if len(self._scratch) < len(buf):  # grown to the largest piece, _SCAN_BYTES
+                self._scratch = bytearray(len(buf))
+            self._scratch[:len(buf)] = buf
+            position = first_non_finite(self._scratch, layout.size, layout.exponent, len(buf))
         if position is not None:
             raw = bytes(buf[position * layout.size:(position + 1) * layout.size])
             index = byte_start // layout.size + position

@@ -35,8 +35,10 @@ def test_agrees_with_numpy_on_any_bits(dtype: str, data: st.DataObject) -> None:
     raw = b"".join(w.to_bytes(layout.size, "little") for w in words)
     assert first_non_finite(raw, layout.size, layout.exponent) \
         == _numpy_first(raw, layout.size, layout.exponent)
-    assert first_non_finite(memoryview(raw), layout.size, layout.exponent) \
-        == _numpy_first(raw, layout.size, layout.exponent)
+    # A window of a longer buffer: only the values before ``stop`` count.
+    cut = len(words) // 2 * layout.size
+    assert first_non_finite(raw + raw, layout.size, layout.exponent, cut) \
+        == _numpy_first(raw[:cut], layout.size, layout.exponent)
 
 
 @pytest.mark.parametrize("dtype", sorted(FLOAT_BITS))
