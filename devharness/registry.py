@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from devharness.services import NatsService, PostgresDatabase, SeaweedS3
 from registry_service.app import create_app
@@ -73,17 +73,25 @@ def registry_settings(backend: str, data_dir: Path, nats_url: str,
     )
 
 
+async def waiting_on_a_lock(conn: AsyncConnection, query: str = "%") -> bool:
+    """Whether a session of this database waits on a lock, in a statement ``LIKE``
+    ``query`` (Postgres only). ``conn`` may be inside a transaction, even the one that
+    holds the lock: the statistics views' snapshot is cleared first."""
+    await conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+    count = await conn.scalar(text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database() AND query LIKE :query"), {"query": query})
+    return bool(count)
+
+
 async def blocked_on_a_lock(url: str) -> bool:
     """Whether a session of this database is waiting on a lock (Postgres only)."""
     engine = create_async_engine(url)
     try:
         async with engine.connect() as conn:
-            waiting = await conn.scalar(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database()"))
+            return await waiting_on_a_lock(conn)
     finally:
         await engine.dispose()
-    return bool(waiting)
 
 
 async def reset_postgres(pg: PostgresDatabase) -> None:

@@ -25,9 +25,10 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from devharness.adapters import make_adapter
+from devharness.registry import waiting_on_a_lock
 from devharness.services import PostgresDatabase, SeaweedS3
 from devharness.uploads import ADAPTER_FILES, adapter_parts
 from devharness.waiting import eventually
@@ -148,15 +149,6 @@ class Upload(threading.Thread):
         with contextlib.suppress(httpx.HTTPError):  # the registry may be killed under it
             self.response = httpx.post(f"{self.served.url}/v1/adapters/bot/versions",
                                        content=self.chunks(), headers=headers, timeout=120)
-
-
-async def waiting_on_a_lock(conn: AsyncConnection, query: str) -> bool:
-    # Statistics views are a snapshot per transaction, and this one holds the lock.
-    await conn.execute(text("SELECT pg_stat_clear_snapshot()"))
-    count = await conn.scalar(text(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND datname = current_database() AND query LIKE :query"), {"query": query})
-    return bool(count)
 
 
 async def kill_while_locked(setup: Setup, served: ServedRegistry, upload: Upload,
