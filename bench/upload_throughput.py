@@ -45,7 +45,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +269,7 @@ def registry_process(work: Path, svc: Services, size_bytes: int,
 # --- one run -------------------------------------------------------------------------------
 
 RAW, DECLARED, UNDECLARED = "raw boto3", "registry", "registry, undeclared"
+WARM_UP = "registry, warm-up"
 
 
 @dataclass
@@ -390,6 +391,16 @@ def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
             since=report["start_monotonic"]), rss_timeline_mib=timeline)
 
 
+def warm_up(svc: Services, registry: Registry, work: Path, size_mib: int) -> Sample:
+    """One registry upload before the rounds, left out of the ratios: whatever the upload
+    path builds once (on its first use) is then in the RSS before the first round, and
+    growth from round to round is growth."""
+    adapter, _layers = build_adapter(work / "warm-up", size_mib)
+    sample = registry_upload(svc, registry, adapter, 0, work, declared=True)
+    shutil.rmtree(adapter)
+    return replace(sample, kind=WARM_UP)
+
+
 def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
     """Where the registry's sampled (non-idle) stacks were: by thread, and by leaf frame."""
     threads: dict[str, int] = {}
@@ -466,7 +477,14 @@ def summarize(samples: list[Sample], size_bytes: int,
             entry["server_rss_before_mib"] = [round(s.server_rss_before_mib or 0, 1)
                                               for s in mine]
         summary[kind] = entry
-    registry_samples = sorted((s for s in samples if s.kind != RAW), key=lambda s: s.run)
+    registry_samples = sorted((s for s in samples if s.kind in (DECLARED, UNDECLARED)),
+                              key=lambda s: s.run)
+    warm = next((s for s in samples if s.kind == WARM_UP), None)
+    if warm is not None:
+        summary["warm_up"] = {"size_bytes": warm.size_bytes,
+                              "server_rss_before_mib": warm.server_rss_before_mib,
+                              "server_peak_rss_mib": warm.server_peak_rss_mib,
+                              "server_rss_after_mib": warm.server_rss_after_mib}
     summary["server_rss_before_each_upload_mib"] = [
         round(s.server_rss_before_mib or 0, 1) for s in registry_samples]
     summary["server_peak_rss_max_mib"] = max(
@@ -492,6 +510,11 @@ def render(samples: list[Sample], summary: dict[str, Any]) -> str:
             out.append(f"{kind}: median {summary[kind]['median_mib_s']:.0f} MiB/s; throughput "
                        f"ratio to raw per round: median {r['median']:.2f}x (quartiles "
                        f"{r['q1']:.2f}-{r['q3']:.2f}, range {r['min']:.2f}-{r['max']:.2f})")
+    warm = summary.get("warm_up")
+    if warm:
+        out.append(f"warm-up upload ({warm['size_bytes'] / MIB:.1f} MiB, untimed): registry "
+                   f"RSS {_fmt(warm['server_rss_before_mib'])} -> "
+                   f"{_fmt(warm['server_rss_after_mib'])} MiB")
     out.append(f"registry RSS before each upload (MiB): "
                f"{summary['server_rss_before_each_upload_mib']}; highest peak "
                f"{summary['server_peak_rss_max_mib']:.1f} MiB")
@@ -525,12 +548,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
                         help="after the timed runs, profile one more registry upload with "
                              "py-spy (pip install py-spy) and write its raw stacks to FILE")
+    parser.add_argument("--warm-up-mb", type=int, default=0,
+                        help="before the rounds, one registry upload of an adapter of about "
+                             "this many MiB (one layer, ~19 MiB, at least), left out of the "
+                             "ratios (default 0: none)")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="parent of the scratch folder (default: the system temp dir)")
     parser.add_argument("--json-out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
-    if args.size_mb < 1 or args.repeat < 1:
-        parser.error("--size-mb and --repeat must be positive")
+    if args.size_mb < 1 or args.repeat < 1 or args.warm_up_mb < 0:
+        parser.error("--size-mb and --repeat must be positive, --warm-up-mb not negative")
     if args.py_spy is not None and not py_spy_binary().is_file():
         parser.error(f"--py-spy needs {py_spy_binary()}: .venv/bin/pip install py-spy")
     return args
@@ -552,6 +579,8 @@ def run_uploads(args: argparse.Namespace, work: Path, adapter: Path) -> tuple[
         from registry_service.blobs.s3 import signs_payload  # noqa: PLC0415 - boto3
         signed = signs_payload(svc.s3_endpoint, args.payload_signing)
         _s3_client(svc).create_bucket(Bucket="bench-raw")
+        if args.warm_up_mb:
+            samples.append(warm_up(svc, registry, work, args.warm_up_mb))
         for run in range(1, args.repeat + 1):
             shift = (run - 1) % len(kinds)
             for kind in kinds[shift:] + kinds[:shift]:

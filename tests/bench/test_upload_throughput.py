@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.upload_throughput import DECLARED, RAW, UNDECLARED, main
+from bench.upload_throughput import DECLARED, RAW, UNDECLARED, WARM_UP, main
 
 
 def test_the_upload_benchmark_runs_every_kind_and_reports_ratios_memory_and_commit(
@@ -16,13 +16,13 @@ def test_the_upload_benchmark_runs_every_kind_and_reports_ratios_memory_and_comm
 ) -> None:
     # Unsigned on both sides: SeaweedFS over http:// takes unsigned parts too.
     document = main(["--size-mb", "8", "--repeat", "2", "--undeclared",
-                     "--payload-signing", "off",
+                     "--payload-signing", "off", "--warm-up-mb", "2",
                      "--work-dir", str(tmp_path), "--json-out", str(tmp_path / "out.json")])
     assert document is not None and document["payload_signing"] == "off"
     assert re.fullmatch(r"[0-9a-f]{40}", document["commit"]["commit"])
     samples = document["samples"]
     assert sorted((s["kind"], s["run"]) for s in samples) == sorted(
-        (kind, run) for kind in (RAW, DECLARED, UNDECLARED) for run in (1, 2))
+        [(WARM_UP, 0)] + [(kind, run) for kind in (RAW, DECLARED, UNDECLARED) for run in (1, 2)])
     summary = document["summary"]
     for kind in (DECLARED, UNDECLARED):
         ratio = summary[kind]["throughput_ratio_to_raw"]
@@ -30,9 +30,13 @@ def test_the_upload_benchmark_runs_every_kind_and_reports_ratios_memory_and_comm
         assert len(summary[kind]["server_peak_rss_mib"]) == 2
     registry = [s for s in samples if s["kind"] != RAW]
     assert all(s["server_peak_rss_mib"] >= s["server_rss_before_mib"] > 0 for s in registry)
-    assert len(summary["server_rss_before_each_upload_mib"]) == 4
+    assert len(summary["server_rss_before_each_upload_mib"]) == 4  # not the warm-up's
+    warm = summary["warm_up"]
+    assert 0 < warm["server_rss_before_mib"] <= warm["server_peak_rss_mib"]
+    assert warm["size_bytes"] > 0
     printed = capsys.readouterr().out
     assert "throughput ratio to raw per round" in printed
+    assert "warm-up upload" in printed
     assert document["commit"]["commit"] in printed
     assert (tmp_path / "out.json").is_file()
     # The scratch folder is gone: nothing is left behind.
