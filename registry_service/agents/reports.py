@@ -126,7 +126,8 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
                      status=status.model_dump(mode="json"), reported_at=as_utc(status.time))
         return Upserted(Seen(agent_id, status.base_model, stored.first_seen_at, last),
                         was_live, status)
-    await _write(session, agent_id, last_seen_at=last)
-    held = await session.scalar(select(AgentRow.status).where(AgentRow.agent_id == agent_id))
+    held = await session.scalar(
+        update(AgentRow).where(AgentRow.agent_id == agent_id).values(last_seen_at=last)
+        .returning(AgentRow.status).execution_options(synchronize_session=False))
     return Upserted(Seen(agent_id, stored.base_model, stored.first_seen_at, last),
                     was_live, AgentStatus.model_validate(held))
