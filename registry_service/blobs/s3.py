@@ -30,6 +30,7 @@ from registry_service.blobs.base import (
     content_disposition,
     sha256_of_key,
 )
+from registry_service.blobs.lean_models import lean_botocore_session
 from registry_service.blobs.s3_writer import UPLOADS_PREFIX, S3BlobWriter
 from registry_service.errors import BlobNotFound, BlobStoreUnavailable, RegistryError
 
@@ -160,7 +161,8 @@ class S3BlobStore:
         self._bucket_ready = False
         self._bucket_lock = asyncio.Lock()
         session = boto3.session.Session(
-            aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name=region
+            aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name=region,
+            botocore_session=lean_botocore_session(),
         )
         # Every call but the upload itself fails fast: against a hung S3 (connections
         # accepted, no answer) the defaults give up after about 10 s, a refused
