@@ -2,10 +2,10 @@
 
 botocore parses every model file (the S3 API, its endpoint rules, partitions) into
 ``OrderedDict``s, and keeps every ``documentation`` string of the API (most of the file)
-for the life of the process. Here they are empty strings. The registry's first S3 client cost it 13.9 MiB of RSS; this
-session's costs 8.8 MiB (docs/benchmarks.md, upload memory). Plain dicts keep their order
-too, and nothing at run time reads the documentation: botocore only renders it into
-docstrings, on demand.
+for the life of the process. The registry's first S3 client cost it 13.9 MiB of RSS; this
+session's costs 8.8 MiB (docs/benchmarks.md, upload memory): plain dicts, which keep
+their order too, and the documentation emptied. Nothing at run time reads it: botocore
+only renders it into docstrings, on demand.
 
 The loader is botocore's own (``Loader``, with its search paths, ``AWS_DATA_PATH``
 included, and its extras), registered the way botocore lets a component be replaced;
