@@ -22,7 +22,6 @@ from functools import cache
 class _ExponentBytes:
     """Where a dtype's exponent lies, byte by byte, for one value size."""
 
-    size: int
     # Top bytes that have every exponent bit of the top byte set, each as one byte.
     possible: tuple[bytes, ...]
     # Translation tables: a byte becomes 1 where it has every exponent bit of its place.
@@ -43,7 +42,7 @@ def _exponent_bytes(size: int, exponent: int) -> _ExponentBytes:
     top_mask = exponent >> 8 * (size - 1)
     below_mask = exponent >> 8 * (size - 2) & 0xFF
     possible = tuple(bytes([b]) for b in range(256) if b & top_mask == top_mask)
-    return _ExponentBytes(size, possible, _table(top_mask),
+    return _ExponentBytes(possible, _table(top_mask),
                           _table(below_mask) if below_mask else None)
 
 

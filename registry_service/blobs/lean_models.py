@@ -7,9 +7,9 @@ session's costs 8.8 MiB (docs/benchmarks.md, upload memory): plain dicts, which 
 their order too, and the documentation emptied. Nothing at run time reads it: botocore
 only renders it into docstrings, on demand.
 
-The loader is botocore's own (``Loader``, with its search paths, ``AWS_DATA_PATH``
-included, and its extras), registered the way botocore lets a component be replaced;
-only the parse of each JSON file differs.
+The loader is the one botocore makes (``create_loader``, with its search paths,
+``AWS_DATA_PATH`` included, and its extras), registered the way botocore lets a
+component be replaced; only the parse of each JSON file differs.
 """
 
 from __future__ import annotations
@@ -44,9 +44,8 @@ class _LeanJSONFileLoader(botocore.loaders.JSONFileLoader):
 def lean_botocore_session() -> botocore.session.Session:
     """A new botocore session whose models have their documentation emptied."""
     session = botocore.session.get_session()
-    data_path = session.get_config_variable("data_path")
-    paths = ([os.path.expanduser(os.path.expandvars(path))
-              for path in data_path.split(os.pathsep)] if data_path else None)
-    session.register_component("data_loader", botocore.loaders.Loader(
-        extra_search_paths=paths, file_loader=_LeanJSONFileLoader()))
+    # The loader botocore itself would make (its search paths, AWS_DATA_PATH's included).
+    loader = botocore.loaders.create_loader(session.get_config_variable("data_path"))
+    loader.file_loader = _LeanJSONFileLoader()
+    session.register_component("data_loader", loader)
     return session

@@ -72,19 +72,18 @@ class _ByTopByte:
 class ReferencedDigests:
     """Sorted, distinct 64-bit prefixes of every digest a version names."""
 
-    def __init__(self, prefixes: Iterable[int] = ()) -> None:
-        gathered = _ByTopByte()
-        gathered.add(prefixes)
-        self._prefixes = array("Q")
-        for part in gathered.sorted_parts():
-            self._prefixes.extend(part)
+    def __init__(self, prefixes: array[int]) -> None:
+        """``prefixes`` sorted and distinct, as ``_ByTopByte.sorted_parts`` make them."""
+        self._prefixes = prefixes
 
     @classmethod
-    def of_sorted(cls, prefixes: array[int]) -> ReferencedDigests:
-        """Take prefixes already sorted and distinct, without a copy."""
-        digests = cls()
-        digests._prefixes = prefixes
-        return digests
+    def of(cls, prefixes: Iterable[int]) -> ReferencedDigests:
+        gathered = _ByTopByte()
+        gathered.add(prefixes)
+        merged = array("Q")
+        for part in gathered.sorted_parts():
+            merged.extend(part)
+        return cls(merged)
 
     def __len__(self) -> int:
         return len(self._prefixes)
@@ -123,4 +122,4 @@ async def read_referenced(db: Database) -> ReferencedDigests:
     for part in gathered.sorted_parts():
         merged.extend(part)
         await asyncio.sleep(0)  # and between buckets
-    return ReferencedDigests.of_sorted(merged)
+    return ReferencedDigests(merged)

@@ -247,8 +247,7 @@ class EventRelay:
             bus = EventBus(self._url, security=self._security,
                            request_timeout_s=self._settings.relay_publish_timeout_s)
             await bus.connect()
-            self._bus = bus
-            self._ready.clear()
+            self._bus = bus  # _ready is clear: it is cleared whenever the bus is dropped
         if not self._ready.is_set():
             await self._bus.ensure_stream()
             self._ready.set()

@@ -49,7 +49,7 @@ async def test_an_empty_registry_names_nothing(registry: RegistryHarness) -> Non
 
 def test_prefixes_are_compared_whole() -> None:
     sha = hashlib.sha256(b"a").hexdigest()
-    found = ReferencedDigests([int(sha[:16], 16)])
+    found = ReferencedDigests.of([int(sha[:16], 16)])
     assert sha in found
     assert sha[:15] + ("0" if sha[15] != "0" else "1") + sha[16:] not in found
     assert "not-hex-but-short" not in found and 42 not in found
@@ -61,7 +61,7 @@ def test_prefixes_from_every_bucket_are_found_once_each() -> None:
     digests = [f"{rng.getrandbits(256):064x}" for _ in range(20_000)]
     prefixes = [int(sha[:16], 16) for sha in digests]
     named = set(prefixes)
-    found = ReferencedDigests(prefixes + prefixes[:500])  # repeats count once
+    found = ReferencedDigests.of(prefixes + prefixes[:500])  # repeats count once
     assert len(found) == len(named)
     assert all(sha in found for sha in digests)
     others = (f"{rng.getrandbits(256):064x}" for _ in range(2_000))
