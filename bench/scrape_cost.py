@@ -42,7 +42,7 @@ import httpx
 from bench.agent_setup import BASE_MODEL, MachineLoad, bench_testbed, wait_served
 from bench.common import cpu_seconds, git_commit, percentile, record, table
 from devharness.llmd import parse_endpoint
-from devharness.openai_client import OpenAIClient
+from devharness.openai_client import OpenAIClient, limits
 from devharness.testbed import Testbed, metric
 from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from loraplane.client import AsyncRegistryClient
@@ -139,7 +139,7 @@ async def measure(testbed: Testbed, args: argparse.Namespace) -> list[Window]:
     await prepare(testbed)
     windows: list[Window] = []
     async with httpx.AsyncClient(base_url=agent.url, timeout=30) as to_agent, \
-            httpx.AsyncClient(base_url=vllm.url, timeout=30) as to_vllm:
+            httpx.AsyncClient(base_url=vllm.url, timeout=30, limits=limits()) as to_vllm:
         clients = {"agent": to_agent, "agent-lean": to_agent, "vllm": to_vllm, "idle": None}
         for target, client in clients.items():  # warm every path; not counted
             if client is not None:

@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.proxy_stats import commit_line
 from bench.proxy_variants import CommitAgentProcess, archive
 from bench.zipf_traffic import Sent, lru_hits, send_stream, ttft_summary, zipf_stream
+from devharness.openai_client import limits
 from devharness.testbed import AgentProcess, AgentSpec
 from devharness.vllm import (
     DEFAULT_BASE_MODEL_NAME,
@@ -99,7 +100,7 @@ async def vllm_round(vllm_url: str, folders: list[Path], stream: list[int],
                      args: argparse.Namespace, tag: str) -> dict[str, Any]:
     """Every adapter registered with vLLM under a new name, then the stream."""
     names = [f"zb{tag}-{i:02d}" for i in range(len(folders))]
-    async with httpx.AsyncClient(base_url=vllm_url, timeout=60.0) as http:
+    async with httpx.AsyncClient(base_url=vllm_url, timeout=60.0, limits=limits()) as http:
         for name, folder in zip(names, folders, strict=True):
             response = await http.post("/v1/load_lora_adapter",
                                        json={"lora_name": name, "lora_path": str(folder)})

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from bench.common import percentile
+from devharness.openai_client import limits
 
 PROMPT = "The registry publishes"
 
@@ -81,9 +82,8 @@ async def send_stream(url: str, models: Sequence[str], *, concurrency: int, max_
     """Send ``models`` in order by ``concurrency`` closed-loop clients; (results, seconds)."""
     queue = iter(enumerate(models))
     results: list[Sent] = []
-    limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=300.0, headers=dict(headers or {}),
-                                 limits=limits) as http:
+                                 limits=limits(concurrency)) as http:
         async def client() -> None:
             for index, model in queue:
                 results.append(await _one(http, index, model, max_tokens))

@@ -25,6 +25,16 @@ GREEDY: dict[str, Any] = {"temperature": 0, "ignore_eos": True, "seed": 0}
 RETRY_OVER_HTTP: tuple[type[Exception], ...] = (
     AssertionError, httpx.HTTPError, KeyError, ValueError)
 
+# Under uvicorn's 5 s keep-alive, which vLLM keeps: with httpx's default of 5 s too, a
+# connection idle that long is reused just as the server closes it, and the request on
+# it fails (a ReadError in bench/agent_proxy_overhead.py, on the path straight to vLLM).
+KEEPALIVE_EXPIRY_S = 3.0
+
+
+def limits(max_connections: int | None = 100) -> httpx.Limits:
+    """httpx's limits with that expiry: for every client that talks to vLLM or uvicorn."""
+    return httpx.Limits(max_connections=max_connections, keepalive_expiry=KEEPALIVE_EXPIRY_S)
+
 
 @dataclass
 class Completion:
@@ -72,7 +82,8 @@ class OpenAIClient:
         """``token``: the inference token an agent asks for (vLLM itself needs none)."""
         self.base_url = base_url
         headers = {"Authorization": f"Bearer {token}"} if token is not None else None
-        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s, headers=headers)
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s, headers=headers,
+                                      limits=limits())
 
     async def aclose(self) -> None:
         await self.http.aclose()
