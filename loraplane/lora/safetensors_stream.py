@@ -151,7 +151,8 @@ class SafetensorsStream:
         else:
             if len(self._scratch) < len(buf):  # grown to the largest piece, _SCAN_BYTES
                 self._scratch = bytearray(len(buf))
-            self._scratch[:len(buf)] = buf
+            with memoryview(self._scratch) as scratch:  # a bytearray's own would copy twice
+                scratch[:len(buf)] = buf
             position = first_non_finite(self._scratch, layout.size, layout.exponent, len(buf))
         if position is not None:
             raw = bytes(buf[position * layout.size:(position + 1) * layout.size])

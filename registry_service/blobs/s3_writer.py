@@ -76,7 +76,10 @@ class S3BlobWriter:
             if len(self._buffer) < self._filled + take:  # the first part's, growing
                 self._buffer += view[:take]
             else:
-                self._buffer[self._filled:self._filled + take] = view[:take]
+                # Through a view: a bytearray's own slice assignment first copies the
+                # source into a new bytearray (an mmap, at a MiB), then copies that.
+                with memoryview(self._buffer) as target:
+                    target[self._filled:self._filled + take] = view[:take]
             self._filled += take
             view = view[take:]
             if self._filled == self._part_size:

@@ -76,10 +76,11 @@ class FileSink:
         if len(self._scratch) < size:
             self._scratch = bytearray(size)
         position = 0
+        scratch = memoryview(self._scratch)  # not the bytearray's slice assignment: a copy
         for piece in pieces:
-            self._scratch[position:position + len(piece)] = piece
+            scratch[position:position + len(piece)] = piece
             position += len(piece)
-        return memoryview(self._scratch)[:size]
+        return scratch[:size]
 
     def _consume(self, data: bytes | memoryview) -> None:
         assert self._handle is not None
