@@ -211,6 +211,7 @@ class Services:
     secret_key: str
     nats_url: str
     database_url: str
+    s3_pid: int | None = None  # its CPU time is read around every upload
 
 
 @contextmanager
@@ -229,7 +230,7 @@ def services(work: Path, db_kind: str) -> Iterator[Services]:
             url = pg.url
         else:
             url = f"sqlite:///{work / 'registry.db'}"
-        yield Services(s3.endpoint_url, s3.access_key, s3.secret_key, nats.url, url)
+        yield Services(s3.endpoint_url, s3.access_key, s3.secret_key, nats.url, url, s3.pid)
 
 
 def migrate_first(database_url: str) -> None:
@@ -286,6 +287,8 @@ class Sample:
     server_rss_after_mib: float | None = None
     server_cpu_s: float | None = None
     server_hwm_exact: bool | None = None
+    # The S3 server's CPU time over the upload: on two cores the ratio is one of CPU.
+    s3_cpu_s: float | None = None
     # GET /healthz on the registry every 100 ms during the upload.
     healthz_ms: dict[str, float] | None = None
     rss_timeline_mib: list[tuple[float, float]] = field(default_factory=list)
@@ -303,7 +306,7 @@ def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
                out_dir: Path, sign_payload: bool = True) -> Sample:
     s3 = _s3_client(svc)
     key = f"raw/{run}/adapter_model.safetensors"
-    with LatencyProbe(f"{registry.url}/healthz") as healthz:
+    with LatencyProbe(f"{registry.url}/healthz") as healthz, S3Cpu(svc.s3_pid) as s3_cpu:
         report, _ = run_worker("boto3", {
             "endpoint": svc.s3_endpoint, "access_key": svc.access_key,
             "secret_key": svc.secret_key, "bucket": "bench-raw", "key": key,
@@ -313,8 +316,26 @@ def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
         raise RuntimeError(f"raw upload stored {report['stored_size']} bytes, not {size}")
     s3.delete_object(Bucket="bench-raw", Key=key)
     return Sample(RAW, run, report["seconds"], size, size / MIB / report["seconds"],
-                  report["peak_rss_mib"], report["cpu_s"],
+                  report["peak_rss_mib"], report["cpu_s"], s3_cpu_s=s3_cpu.seconds,
                   healthz_ms=healthz.summary(since=report["start_monotonic"]))
+
+
+class S3Cpu:
+    """The S3 server's CPU seconds over a block (None when unreadable)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.seconds: float | None = None
+        self._start: float | None = None
+
+    def __enter__(self) -> S3Cpu:
+        self._start = None if self.pid is None else cpu_seconds(self.pid)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        end = None if self.pid is None else cpu_seconds(self.pid)
+        if self._start is not None and end is not None:
+            self.seconds = end - self._start
 
 
 def py_spy_binary() -> Path:
@@ -367,7 +388,7 @@ def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
                          json={"name": name, "base_model": BASE_MODEL, "tenant": TENANT})
     created.raise_for_status()
     pid = registry.pid
-    with py_spy(pid, profile):
+    with py_spy(pid, profile), S3Cpu(svc.s3_pid) as s3_cpu:
         cpu0 = cpu_seconds(pid)
         with RssSampler(pid) as rss, LatencyProbe(f"{registry.url}/healthz") as healthz:
             report, stdout = run_worker("push", {
@@ -387,7 +408,7 @@ def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
         server_rss_before_mib=rss.start_kb / 1024, server_peak_rss_mib=rss.peak_kb / 1024,
         server_rss_after_mib=(proc_status_kb(pid, "VmRSS") or 0) / 1024,
         server_cpu_s=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-        server_hwm_exact=rss.hwm_reset, healthz_ms=healthz.summary(
+        server_hwm_exact=rss.hwm_reset, s3_cpu_s=s3_cpu.seconds, healthz_ms=healthz.summary(
             since=report["start_monotonic"]), rss_timeline_mib=timeline)
 
 
@@ -461,6 +482,33 @@ def _spread(values: list[float]) -> dict[str, float]:
             "q1": quartiles[0], "q3": quartiles[-1]}
 
 
+def cpu_medians(samples: list[Sample]) -> dict[str, float | None]:
+    """Median CPU seconds per upload of each process it costs, and of all of them."""
+    def median(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if len(known) == len(values) and known else None
+
+    parts = {"client": median([s.client_cpu_s for s in samples]),
+             "registry": median([s.server_cpu_s for s in samples]),
+             "s3": median([s.s3_cpu_s for s in samples])}
+    return {**parts, "total": median([_cpu_total(s) for s in samples])}
+
+
+def _cpu_total(sample: Sample) -> float | None:
+    """Client, registry (none for a raw upload) and S3 server: what the upload cost."""
+    if sample.s3_cpu_s is None or (sample.kind != RAW and sample.server_cpu_s is None):
+        return None
+    return sample.client_cpu_s + (sample.server_cpu_s or 0.0) + sample.s3_cpu_s
+
+
+def _cpu_ratio(raw: dict[str, float | None], mine: dict[str, float | None]) -> float | None:
+    """What the throughput ratio would be if the CPU were all that limited both (the raw
+    upload's CPU over this kind's): two saturated cores come close to that."""
+    if raw["total"] is None or not mine["total"]:
+        return None
+    return raw["total"] / mine["total"]
+
+
 def summarize(samples: list[Sample], size_bytes: int,
               components: dict[str, float]) -> dict[str, Any]:
     summary: dict[str, Any] = {"size_mib": size_bytes / MIB, "components_s": components}
@@ -471,8 +519,10 @@ def summarize(samples: list[Sample], size_bytes: int,
         entry: dict[str, Any] = {"median_s": statistics.median(s.seconds for s in mine),
                                  "median_mib_s": statistics.median(s.mib_s for s in mine),
                                  "client_peak_rss_mib": max(s.client_peak_rss_mib for s in mine)}
+        entry["cpu_s"] = cpu_medians(mine)
         if kind != RAW:
             entry["throughput_ratio_to_raw"] = _spread(ratios(samples, kind))
+            entry["cpu_ratio_to_raw"] = _cpu_ratio(summary[RAW]["cpu_s"], entry["cpu_s"])
             entry["server_peak_rss_mib"] = [round(s.server_peak_rss_mib or 0, 1) for s in mine]
             entry["server_rss_before_mib"] = [round(s.server_rss_before_mib or 0, 1)
                                               for s in mine]
@@ -495,12 +545,12 @@ def summarize(samples: list[Sample], size_bytes: int,
 def render(samples: list[Sample], summary: dict[str, Any]) -> str:
     rows = [[s.kind, s.run, _fmt(s.seconds, 2), _fmt(s.mib_s), _fmt(s.client_peak_rss_mib),
              _fmt(s.client_cpu_s), _fmt(s.server_rss_before_mib), _fmt(s.server_peak_rss_mib),
-             _fmt(s.server_rss_after_mib), _fmt(s.server_cpu_s),
+             _fmt(s.server_rss_after_mib), _fmt(s.server_cpu_s), _fmt(s.s3_cpu_s),
              _fmt(s.healthz_ms["p99_ms"]) if s.healthz_ms else "-",
              _fmt(s.healthz_ms["max_ms"]) if s.healthz_ms else "-"] for s in samples]
     out = [table(["upload", "round", "seconds", "MiB/s", "client peak RSS MiB",
                   "client CPU s", "registry RSS before MiB", "registry peak RSS MiB",
-                  "registry RSS after MiB", "registry CPU s", "/healthz p99 ms",
+                  "registry RSS after MiB", "registry CPU s", "S3 CPU s", "/healthz p99 ms",
                   "/healthz max ms"], rows), ""]
     out.append(f"file {summary['size_mib']:.1f} MiB; raw boto3 median "
                f"{summary[RAW]['median_mib_s']:.0f} MiB/s")
@@ -510,6 +560,7 @@ def render(samples: list[Sample], summary: dict[str, Any]) -> str:
             out.append(f"{kind}: median {summary[kind]['median_mib_s']:.0f} MiB/s; throughput "
                        f"ratio to raw per round: median {r['median']:.2f}x (quartiles "
                        f"{r['q1']:.2f}-{r['q3']:.2f}, range {r['min']:.2f}-{r['max']:.2f})")
+    out.extend(_cpu_lines(summary))
     warm = summary.get("warm_up")
     if warm:
         out.append(f"warm-up upload ({warm['size_bytes'] / MIB:.1f} MiB, untimed): registry "
@@ -527,6 +578,22 @@ def render(samples: list[Sample], summary: dict[str, Any]) -> str:
                    "non-idle samples; share by leaf frame:")
         out.extend(f"  {pct:5.1f}%  {frame}" for frame, pct in profile["by_leaf_pct"])
     return "\n".join(out)
+
+
+def _cpu_lines(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for kind in (RAW, DECLARED, UNDECLARED):
+        if kind not in summary:
+            continue
+        c = summary[kind]["cpu_s"]
+        line = (f"CPU per upload, {kind} (medians): client {_fmt(c['client'], 2)} s, "
+                f"registry {_fmt(c['registry'], 2)} s, S3 {_fmt(c['s3'], 2)} s; "
+                f"total {_fmt(c['total'], 2)} s")
+        ratio = summary[kind].get("cpu_ratio_to_raw")
+        if ratio is not None:
+            line += f"; raw's total over this: {ratio:.2f}x"
+        out.append(line)
+    return out
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -140,6 +140,11 @@ class SeaweedS3:
     def running(self) -> bool:
         return self._child is not None and self._child.running
 
+    @property
+    def pid(self) -> int | None:
+        """The ``weed mini`` process, which serves S3, its filer and volume alike."""
+        return self._child.pid if self._child is not None else None
+
     def client(self, *, connect_timeout_s: float = 2.0, attempts: int = 1) -> S3Client:
         config = Config(
             signature_version="s3v4",

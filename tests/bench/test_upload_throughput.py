@@ -28,6 +28,13 @@ def test_the_upload_benchmark_runs_every_kind_and_reports_ratios_memory_and_comm
         ratio = summary[kind]["throughput_ratio_to_raw"]
         assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
         assert len(summary[kind]["server_peak_rss_mib"]) == 2
+    # The CPU of every process an upload costs: the S3 server's too, on both paths.
+    assert all(s["s3_cpu_s"] is not None and s["s3_cpu_s"] >= 0 for s in samples)
+    for kind in (RAW, DECLARED, UNDECLARED):
+        cpu = summary[kind]["cpu_s"]
+        assert cpu["total"] > 0 and cpu["s3"] is not None
+        assert (cpu["registry"] is None) == (kind == RAW)
+    assert summary[DECLARED]["cpu_ratio_to_raw"] > 0
     registry = [s for s in samples if s["kind"] != RAW]
     assert all(s["server_peak_rss_mib"] >= s["server_rss_before_mib"] > 0 for s in registry)
     assert len(summary["server_rss_before_each_upload_mib"]) == 4  # not the warm-up's
@@ -37,6 +44,7 @@ def test_the_upload_benchmark_runs_every_kind_and_reports_ratios_memory_and_comm
     printed = capsys.readouterr().out
     assert "throughput ratio to raw per round" in printed
     assert "warm-up upload" in printed
+    assert "CPU per upload, registry (medians)" in printed and "raw's total over this" in printed
     assert document["commit"]["commit"] in printed
     assert (tmp_path / "out.json").is_file()
     # The scratch folder is gone: nothing is left behind.
