@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from loraplane.nats_auth import describe_nats
 from registry_service.app import create_app
 from registry_service.errors import RegistryError
+from registry_service.http_body import UncopiedBodyProtocol
 from registry_service.memory import return_large_buffers_to_the_os
 from registry_service.settings import RegistrySettings
 
@@ -93,20 +94,25 @@ class StartupFailure(logging.Filter):
         return True
 
 
-def run_server(settings: RegistrySettings) -> None:
-    """Serve until SIGINT/SIGTERM; a failed start-up raises ``StartupFailed``."""
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return_large_buffers_to_the_os()
-    config = uvicorn.Config(
+def server_config(settings: RegistrySettings) -> uvicorn.Config:
+    return uvicorn.Config(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
         timeout_keep_alive=KEEP_ALIVE_S,
+        http=UncopiedBodyProtocol,
     )
+
+
+def run_server(settings: RegistrySettings) -> None:
+    """Serve until SIGINT/SIGTERM; a failed start-up raises ``StartupFailed``."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return_large_buffers_to_the_os()
+    config = server_config(settings)
     failure = StartupFailure(condense=settings.log_level != "debug")
     logging.getLogger("uvicorn.error").addFilter(failure)
     server = uvicorn.Server(config)
