@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -51,11 +52,12 @@ def inference_keys() -> InferenceKeys:
 
 
 @contextlib.asynccontextmanager
-async def serve_asgi(app: ASGIApp) -> AsyncIterator[str]:
-    """Run ``app`` under uvicorn on a free port for the block; yield its base URL."""
+async def serve_asgi(app: ASGIApp, **options: Any) -> AsyncIterator[str]:
+    """Run ``app`` under uvicorn on a free port for the block; yield its base URL.
+    ``options`` go to ``uvicorn.Config``."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on", timeout_graceful_shutdown=5)
+                            lifespan="on", timeout_graceful_shutdown=5, **options)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:

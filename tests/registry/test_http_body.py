@@ -5,19 +5,16 @@ kept-alive connection."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
-import uvicorn
+from starlette.types import Receive, Scope, Send
 
-from loraplane.netutil import free_port
 from registry_service.http_body import Chunks, UncopiedBodyProtocol
 from registry_service.server import server_config
 from registry_service.settings import RegistrySettings
+from tests.agent.proxy_harness import serve_asgi
 
 
 def test_one_chunk_is_handed_over_itself_and_several_are_joined_in_order() -> None:
@@ -38,8 +35,11 @@ class BodyRecorder:
     def __init__(self) -> None:
         self.message_types: set[type] = set()
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
             return
         digest, size, messages = hashlib.sha256(), 0, 0
         while True:
@@ -64,25 +64,6 @@ class WatchedProtocol(UncopiedBodyProtocol):
         WatchedProtocol.holders.add(type(self.cycle.body))
 
 
-@contextlib.asynccontextmanager
-async def serving(app: BodyRecorder) -> AsyncIterator[str]:
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="off", http=WatchedProtocol)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("uvicorn stopped before it started")
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def _pieces(data: bytes, sizes: tuple[int, ...]) -> AsyncIterator[bytes]:
     position, turn = 0, 0
     while position < len(data):
@@ -98,7 +79,8 @@ def _expected(data: bytes) -> tuple[int, str]:
 async def test_every_byte_arrives_in_order_through_a_real_server() -> None:
     app = BodyRecorder()
     data = bytes(range(251)) * (20 * 4096 + 7)  # about 20 MiB, not a multiple of anything
-    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+    async with serve_asgi(app, http=WatchedProtocol) as url, \
+            httpx.AsyncClient(base_url=url, timeout=60) as client:
         sized = await client.post("/", content=data)
         # No length: the client sends it chunked, in pieces of odd sizes.
         chunked = await client.post("/", content=_pieces(data, (1, 65_537, 300_001, 17)))
