@@ -81,6 +81,25 @@ def cpu_seconds(pid: int | str) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+class CpuTime:
+    """A process's CPU seconds over a block, in ``seconds`` after it (None when the
+    process, or its pid, is unknown)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.seconds: float | None = None
+        self._start: float | None = None
+
+    def __enter__(self) -> CpuTime:
+        self._start = None if self.pid is None else cpu_seconds(self.pid)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        end = None if self.pid is None else cpu_seconds(self.pid)
+        if self._start is not None and end is not None:
+            self.seconds = end - self._start
+
+
 class RssSampler:
     """Polls VmRSS of one process in a thread; keeps the maximum and the samples.
 

@@ -54,12 +54,12 @@ import httpx
 from bench.common import (
     MIB,
     REPO,
+    CpuTime,
     LatencyProbe,
     Registry,
     RssSampler,
     busy_share,
     cpu_counters,
-    cpu_seconds,
     git_commit,
     machine_summary,
     proc_status_kb,
@@ -306,7 +306,7 @@ def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
                out_dir: Path, sign_payload: bool = True) -> Sample:
     s3 = _s3_client(svc)
     key = f"raw/{run}/adapter_model.safetensors"
-    with LatencyProbe(f"{registry.url}/healthz") as healthz, S3Cpu(svc.s3_pid) as s3_cpu:
+    with LatencyProbe(f"{registry.url}/healthz") as healthz, CpuTime(svc.s3_pid) as s3_cpu:
         report, _ = run_worker("boto3", {
             "endpoint": svc.s3_endpoint, "access_key": svc.access_key,
             "secret_key": svc.secret_key, "bucket": "bench-raw", "key": key,
@@ -318,24 +318,6 @@ def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
     return Sample(RAW, run, report["seconds"], size, size / MIB / report["seconds"],
                   report["peak_rss_mib"], report["cpu_s"], s3_cpu_s=s3_cpu.seconds,
                   healthz_ms=healthz.summary(since=report["start_monotonic"]))
-
-
-class S3Cpu:
-    """The S3 server's CPU seconds over a block (None when unreadable)."""
-
-    def __init__(self, pid: int | None) -> None:
-        self.pid = pid
-        self.seconds: float | None = None
-        self._start: float | None = None
-
-    def __enter__(self) -> S3Cpu:
-        self._start = None if self.pid is None else cpu_seconds(self.pid)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        end = None if self.pid is None else cpu_seconds(self.pid)
-        if self._start is not None and end is not None:
-            self.seconds = end - self._start
 
 
 def py_spy_binary() -> Path:
@@ -388,13 +370,11 @@ def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
                          json={"name": name, "base_model": BASE_MODEL, "tenant": TENANT})
     created.raise_for_status()
     pid = registry.pid
-    with py_spy(pid, profile), S3Cpu(svc.s3_pid) as s3_cpu:
-        cpu0 = cpu_seconds(pid)
-        with RssSampler(pid) as rss, LatencyProbe(f"{registry.url}/healthz") as healthz:
-            report, stdout = run_worker("push", {
-                "registry": registry.url, "token": ADMIN_TOKEN, "adapter": name,
-                "folder": str(adapter), "declared": declared}, out_dir)
-        cpu1 = cpu_seconds(pid)
+    with py_spy(pid, profile), CpuTime(svc.s3_pid) as s3_cpu, CpuTime(pid) as registry_cpu, \
+            RssSampler(pid) as rss, LatencyProbe(f"{registry.url}/healthz") as healthz:
+        report, stdout = run_worker("push", {
+            "registry": registry.url, "token": ADMIN_TOKEN, "adapter": name,
+            "folder": str(adapter), "declared": declared}, out_dir)
     result = json.loads(stdout)
     size = sum(int(f["size"]) for f in result["files"])
     if not result.get("created") or result.get("total_size") != size:
@@ -407,7 +387,7 @@ def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
         size / MIB / report["seconds"], report["peak_rss_mib"], report["cpu_s"],
         server_rss_before_mib=rss.start_kb / 1024, server_peak_rss_mib=rss.peak_kb / 1024,
         server_rss_after_mib=(proc_status_kb(pid, "VmRSS") or 0) / 1024,
-        server_cpu_s=None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+        server_cpu_s=registry_cpu.seconds,
         server_hwm_exact=rss.hwm_reset, s3_cpu_s=s3_cpu.seconds, healthz_ms=healthz.summary(
             since=report["start_monotonic"]), rss_timeline_mib=timeline)
 
