@@ -9,7 +9,10 @@ agent loads it. Every window sends the same completions along one path:
 - ``agent``: to the agent, ``model=bench``;
 - ``agent (rule)``: to the agent with no model, resolved by the routing rule;
 - ``agent@REV`` (``--also-commit REV``): a second agent beside the first, on the same
-  vLLM, run from the code of commit REV (say, the one before a change).
+  vLLM, run from the code of commit REV (say, the one before a change);
+- ``relay`` and ``nginx`` (``--floor-proxies``, ``bench/proxy_floor.py``): a byte relay
+  on uvloop and nginx, each in front of the same vLLM, sent vLLM's name for the adapter:
+  what one more hop costs here with no HTTP work in Python at all, and through a C proxy.
 
 Workloads: ``short`` (max_tokens 1, so the proxy's share shows), ``long-prompt``
 (max_tokens 1 after a prompt of ``--long-prompt-chars``), ``long`` (128 tokens) and
@@ -43,6 +46,7 @@ import httpx
 
 from bench.agent_setup import ADAPTER, BASE_MODEL, MachineLoad, bench_testbed, wait_served
 from bench.common import GaugeSampler, cpu_seconds, git_commit, write_json
+from bench.proxy_floor import FloorProxy, floor_proxies
 from bench.proxy_stats import DIRECT, Window, commit_line, render, summarize
 from bench.proxy_variants import CommitAgentProcess, profile_agent
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
@@ -189,7 +193,8 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
 
 
 async def setup_targets(testbed: Testbed, stack: contextlib.AsyncExitStack,
-                        extra: Mapping[str, AgentProcess], names: Names) -> list[Target]:
+                        extra: Mapping[str, AgentProcess], names: Names,
+                        floors: list[FloorProxy]) -> list[Target]:
     """Publish the adapter and the routing rule; a target per path, each serving it."""
     api = await stack.enter_async_context(
         AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token, timeout_s=120))
@@ -207,6 +212,9 @@ async def setup_targets(testbed: Testbed, stack: contextlib.AsyncExitStack,
         if name == "agent":
             await wait_rule(client, rule, names.version_name)
             targets.append(Target("agent (rule)", client, None, rule))
+    for floor in floors:  # no routing: vLLM's own name, as on the direct path
+        client = await stack.enter_async_context(OpenAIClient(floor.url))
+        targets.append(Target(floor.name, client, names.version_name))
     return targets
 
 
@@ -222,13 +230,15 @@ async def wait_rule(client: OpenAIClient, headers: Mapping[str, str], served: st
 
 
 async def measure(testbed: Testbed, args: argparse.Namespace,
-                  extra: Mapping[str, AgentProcess], names: Names) -> list[Window]:
+                  extra: Mapping[str, AgentProcess], names: Names,
+                  floors: list[FloorProxy]) -> list[Window]:
     agents = {"agent": testbed.agents["a"], **extra}
     pids = {name: agent.process.pid for name, agent in agents.items()
             if agent.process.pid is not None}
+    pids.update({floor.name: floor.pid for floor in floors})
     metrics_url = f"{testbed.vllms['a'].url}/metrics"
     async with contextlib.AsyncExitStack() as stack:
-        targets = await setup_targets(testbed, stack, extra, names)
+        targets = await setup_targets(testbed, stack, extra, names, floors)
         windows: list[Window] = []
         for work in workloads(args):
             for concurrency in args.concurrency:
@@ -258,6 +268,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         choices=("debug", "info", "warning", "error"))
     parser.add_argument("--also-commit", default=None, metavar="REV",
                         help="also measure an agent run from the code of commit REV")
+    parser.add_argument("--floor-proxies", action="store_true",
+                        help="also measure a byte relay on uvloop and nginx in front of "
+                             "vLLM (bench/proxy_floor.py; nginx from ./scripts/ci-tools.sh)")
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
                         help="profile the agent under one more (untimed) short window "
                              "with py-spy (on PyPI) and write its raw stacks to FILE")
@@ -297,8 +310,10 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
             stack.callback(process.stop)
             process.start()
             extra[f"agent@{process.commit[:10]}"] = process
+        floors = stack.enter_context(floor_proxies(testbed.vllms["a"].url, work / "floor")) \
+            if args.floor_proxies else []
         with MachineLoad() as load:
-            windows = asyncio.run(measure(testbed, args, extra, names))
+            windows = asyncio.run(measure(testbed, args, extra, names, floors))
     return {"benchmark": "agent_proxy_overhead", "commit": commit, "machine": load.summary,
             "agent_log_level": args.agent_log_level, "args": {
                 k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

@@ -20,7 +20,7 @@ DIRECT = "vllm"
 
 @dataclass
 class Window:
-    target: str  # DIRECT, or the name of a path through an agent
+    target: str  # DIRECT, or the name of a path through an agent or a floor proxy
     workload: str
     concurrency: int
     round: int
@@ -28,7 +28,7 @@ class Window:
     latencies: list[float] = field(default_factory=list)
     first_chunk: list[float] = field(default_factory=list)  # streams: time to first text
     failed: list[str] = field(default_factory=list)
-    # CPU seconds of every agent process during this window, by the agent's name.
+    # CPU seconds of every proxy process (agents, floor proxies) in this window, by name.
     agent_cpu_s: dict[str, float] = field(default_factory=dict)
     vllm_running: float | None = None  # mean of vLLM's num_requests_running, sampled
     texts: dict[str, set[str]] = field(default_factory=dict)  # prompt -> outputs seen
@@ -171,7 +171,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     return table(["workload", "clients", "via", "rounds", "req/s (vLLM)",
                   "req/s ratio, mean ± 95% CI", "per round", "p50 ms (vLLM)",
                   "p50 added ms", "p50 added per round ms", "p99 ms (vLLM)", "p99 added ms",
-                  "1st chunk p50 (vLLM)", "agent CPU ms/req (net of idle)", "requests",
+                  "1st chunk p50 (vLLM)", "proxy CPU ms/req (net of idle)", "requests",
                   "failed", "outputs/prompt", "agent / this, req/s"], body)
 
 

@@ -1,8 +1,9 @@
 """The short version of ``bench/agent_proxy_overhead.py``, on the end-to-end testbed.
 
 It checks that the benchmark still works (every path, workload and agent it measures,
-the agent of another commit included), not how fast anything is: CI machines are
-loaded, and the numbers are the benchmark's to record (docs/benchmarks.md).
+the agent of another commit and the floor proxies, a byte relay and nginx, included),
+not how fast anything is: CI machines are loaded, and the numbers are the benchmark's
+to record (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
     names = Names(adapter=f"bench-{unique}", customer=f"bench-{unique}")
     args = parse_args(["--rounds", "2", "--window", "0.3", "--long-window", "0.2",
                        "--workloads", "short", "long-prompt", "long-streamed",
-                       "--concurrency", "2", "--also-commit", "HEAD"])
+                       "--concurrency", "2", "--also-commit", "HEAD", "--floor-proxies"])
     try:
         document = run_on(testbed, args, tmp_path, names)
     finally:
         delete_adapter(testbed, names.adapter)
     rows = document["rows"]
     paths = {row["target"] for row in rows}
-    assert paths == {"agent", "agent (rule)", f"agent@{document['commit']['commit'][:10]}"}
+    assert paths == {"agent", "agent (rule)", f"agent@{document['commit']['commit'][:10]}",
+                     "relay", "nginx"}
     cells = {(row["workload"], row["concurrency"]) for row in rows}
     assert cells == {(w, 2) for w in ("short", "long-prompt", "long-streamed")}
     for row in rows:
