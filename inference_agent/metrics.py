@@ -13,8 +13,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 from inference_agent.errors import AgentError
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS, AdapterLabels
@@ -27,6 +29,7 @@ _STAGE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30
                   300.0, 900.0)
 # 1 s is the design's load-time alert threshold: a bucket edge there keeps it exact.
 _LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+M = TypeVar("M", bound=MetricWrapperBase)
 
 
 def process_rss_bytes(status: Path = Path("/proc/self/status")) -> int | None:
@@ -47,6 +50,7 @@ class AgentMetrics:
     def __init__(self, max_adapters: int = DEFAULT_MAX_ADAPTER_LABELS) -> None:
         self.adapter = AdapterLabels(max_adapters)
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._requests()
         self._cache()
         self._control()
@@ -140,12 +144,22 @@ class AgentMetrics:
             exc.counted = True
             self.failures.labels(adapter=self.adapter(adapter), code=exc.code).inc()
 
+    def child(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, kept: every proxied request takes four children,
+        and ``labels`` validates and locks on each call. Only for metrics whose children
+        are never removed (the request metrics), with bounded label values."""
+        key = (metric, values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
+
     def count_tokens(self, adapter: str, usage: Mapping[str, object]) -> None:
         """Add an OpenAI ``usage`` object's prompt and completion tokens."""
         for kind in ("prompt", "completion"):
             value = usage.get(f"{kind}_tokens")
             if isinstance(value, int) and value > 0:
-                self.tokens.labels(adapter=self.adapter(adapter), kind=kind).inc(value)
+                self.child(self.tokens, self.adapter(adapter), kind).inc(value)
 
     def set_loaded_bytes(self, by_adapter: Mapping[str, int]) -> None:
         """Replace the per-adapter sizes of the loaded versions (folded names summed)."""

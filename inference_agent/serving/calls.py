@@ -54,7 +54,7 @@ class ProxyCall:
         (vLLM sends ``usage`` in a final event when asked with ``stream_options``)."""
         if not self.first_chunk_seen:
             self.first_chunk_seen = True
-            self.metrics.first_token.labels(adapter=self.label).observe(
+            self.metrics.child(self.metrics.first_token, self.label).observe(
                 time.perf_counter() - self.started)
         lines = (self.partial_line + data).split(b"\n")
         self.partial_line = lines.pop()[-_MAX_PARTIAL:]
@@ -80,7 +80,8 @@ class ProxyCall:
         if self.lease is not None:
             self.lease.release()
         elapsed = time.perf_counter() - self.started
-        self.metrics.requests.labels(adapter=self.label, status=str(status)).inc()
-        self.metrics.request_latency.labels(adapter=self.label).observe(elapsed)
+        metrics = self.metrics
+        metrics.child(metrics.requests, self.label, str(status)).inc()
+        metrics.child(metrics.request_latency, self.label).observe(elapsed)
         if reason is not None:
-            self.metrics.request_errors.labels(adapter=self.label, reason=reason).inc()
+            metrics.child(metrics.request_errors, self.label, reason).inc()

@@ -53,8 +53,10 @@ class UnresolvedVersion:
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
-    if value is None:
-        # Plain dicts are case-sensitive; HTTP header names are not.
+    if value is None and isinstance(headers, dict):
+        # Plain dicts are case-sensitive; HTTP header names are not. (Starlette's
+        # Headers already look up without case: scanning them again only costs, and
+        # a request without the header would pay it on every request.)
         lowered = name.lower()
         value = next((v for k, v in headers.items() if k.lower() == lowered), None)
     value = value.strip() if value is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from starlette.datastructures import Headers
 
 from inference_agent.errors import NotServable
 from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
@@ -74,6 +75,15 @@ def test_rules_customer_then_task_then_default_then_base(table: RouteTable) -> N
     table.set_rules([rule("customer", "c1", "bot", "canary")])
     target = table.resolve(None, {"X-Customer-Id": "c2"}, TENANT)
     assert isinstance(target, Target) and target.is_base
+
+
+def test_rule_headers_match_without_case_in_a_request_headers_too(table: RouteTable) -> None:
+    table.set_rules([rule("customer", "c1", "bot", "canary"), rule("task", "summarize", "sum")])
+    # As the proxy passes them: Starlette's Headers over the ASGI scope's lowercased names.
+    headers = Headers(raw=[(b"x-customer-id", b" c1 "), (b"x-task-type", b"summarize")])
+    assert name_of(table.resolve(None, headers, TENANT)) == "bot@4"
+    headers = Headers(raw=[(b"accept", b"*/*"), (b"x-task-type", b"summarize")])
+    assert name_of(table.resolve(None, headers, TENANT)) == "sum@1"
 
 
 def test_rules_for_another_base_model_are_ignored(table: RouteTable) -> None:
