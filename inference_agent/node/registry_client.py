@@ -6,7 +6,9 @@ whether to retry. File URLs are registry paths: the local blob store answers 200
 the bytes, the S3 store a 307 to a presigned URL, which the client follows without the
 bearer token (tests check this). A file that came with a presigned ``direct_url`` (in
 an event or the desired-state snapshot, when the registry adds them) is fetched from
-the store first (blob_fetch.py), and through the registry only if that fails.
+the store first (blob_fetch.py), and through the registry only if that fails. Status
+reports, one per change on every agent, go out through aiohttp (status_post.py) with
+the client's request and error parsing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from inference_agent.errors import (
     TerminalError,
 )
 from inference_agent.node.blob_fetch import BlobFetcher, DirectFetchFailed
+from inference_agent.node.status_post import StatusPoster
 from loraplane.client import (
     AsyncRegistryClient,
     BadResponse,
@@ -76,6 +79,7 @@ class RegistryLink:
         self.api = AsyncRegistryClient(base_url, token, timeout_s=timeout_s,
                                        user_agent="loraplane-agent")
         self.blobs = BlobFetcher(timeout_s=timeout_s)
+        self.reports = StatusPoster(self.api.config)
 
     @property
     def base_url(self) -> str:
@@ -138,8 +142,9 @@ class RegistryLink:
 
     async def post_status(self, status: AgentStatus) -> None:
         with _mapped():
-            await self.api.send_status(status)
+            await self.reports.post(status)
 
     async def aclose(self) -> None:
         await self.api.aclose()
         await self.blobs.aclose()
+        await self.reports.aclose()

@@ -18,11 +18,17 @@ from devharness.adapters import make_adapter
 from devharness.http_registry import Served, serve_http
 from devharness.services import NatsService
 from devharness.uploads import upload_dir
-from inference_agent.errors import FetchFailed, NotServable, TerminalError
+from inference_agent.errors import (
+    FetchFailed,
+    NotServable,
+    RegistryUnavailable,
+    TerminalError,
+)
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.materialize import Materializer
 from inference_agent.node.registry_client import RegistryLink
 from loraplane.events import AgentStatus, ServedVersion
+from loraplane.netutil import free_port
 
 
 @pytest.fixture
@@ -159,3 +165,31 @@ async def test_post_status_shows_in_the_fleet_view(served: Served, tmp_path: Pat
 
 def hashing(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _status(agent_id: str = "gpu-1") -> AgentStatus:
+    return AgentStatus(agent_id=agent_id, base_model="tiny-llama", time=datetime.now(UTC),
+                       served=[], loaded=[])
+
+
+async def test_a_refused_report_is_terminal_with_the_registrys_code(served: Served) -> None:
+    # The report goes out through aiohttp; a refusal reads as on the client's path.
+    client = RegistryLink(served.url, "lp_not-a-token", timeout_s=30)
+    try:
+        with pytest.raises(TerminalError) as raised:
+            await client.post_status(_status())
+    finally:
+        await client.aclose()
+    assert raised.value.detail["status"] == 401
+    assert raised.value.code.startswith("registry_")
+
+
+async def test_a_report_to_a_registry_that_is_down_is_retried() -> None:
+    port = free_port()  # nothing listens there
+    client = RegistryLink(f"http://127.0.0.1:{port}", "lp_any", timeout_s=5)
+    try:
+        with pytest.raises(RegistryUnavailable) as raised:
+            await client.post_status(_status())
+    finally:
+        await client.aclose()
+    assert raised.value.detail["url"] == f"http://127.0.0.1:{port}"
