@@ -19,9 +19,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from bench.common import REPO
+from devharness.processes import http_probe
 from loraplane.netutil import free_port
 from loraplane.process import ChildProcess
 
@@ -72,20 +71,12 @@ http {{
 """
 
 
-def _ready(url: str) -> str | None:
-    try:
-        status = httpx.get(f"{url}/health", timeout=2.0).status_code
-    except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}"
-    return None if status == 200 else f"/health answered {status}"
-
-
 def _start(stack: ExitStack, name: str, argv: list[str], work: Path, port: int) -> FloorProxy:
     process = ChildProcess(name, argv, log_path=work / f"{name}.log", cwd=REPO)
     stack.callback(process.stop)
     process.start()
     url = f"http://127.0.0.1:{port}"
-    process.wait_ready(lambda: _ready(url), READY_TIMEOUT_S)
+    process.wait_ready(http_probe(f"{url}/health"), READY_TIMEOUT_S)
     assert process.pid is not None
     return FloorProxy(name, url, process.pid)
 

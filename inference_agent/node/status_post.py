@@ -56,7 +56,7 @@ class StatusPoster:
 
     def _transport(self, exc: BaseException) -> RegistryError:
         base = self.config.base_url
-        if isinstance(exc, aiohttp.InvalidURL | ValueError):
+        if isinstance(exc, ValueError):  # aiohttp's InvalidURL is one too
             return InvalidURL(f"invalid registry URL {base!r}: {exc}", url=base)
         if isinstance(exc, aiohttp.ClientConnectorError):
             return Unreachable(f"cannot reach the registry at {base}: {exc}", url=base)

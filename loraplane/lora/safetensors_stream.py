@@ -9,6 +9,7 @@ report problems in the same order as ``validate_adapter_dir`` does for a file on
 
 from __future__ import annotations
 
+from loraplane.buffers import copy_into
 from loraplane.lora.errors import AdapterInvalid
 from loraplane.lora.finite import first_non_finite
 from loraplane.lora.safetensors import (
@@ -151,8 +152,7 @@ class SafetensorsStream:
         else:
             if len(self._scratch) < len(buf):  # grown to the largest piece, _SCAN_BYTES
                 self._scratch = bytearray(len(buf))
-            with memoryview(self._scratch) as scratch:  # a bytearray's own would copy twice
-                scratch[:len(buf)] = buf
+            copy_into(self._scratch, 0, buf)
             position = first_non_finite(self._scratch, layout.size, layout.exponent, len(buf))
         if position is not None:
             raw = bytes(buf[position * layout.size:(position + 1) * layout.size])

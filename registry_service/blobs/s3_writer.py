@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from boto3.s3.transfer import TransferConfig
 
+from loraplane.buffers import copy_into
 from registry_service.blobs.base import blob_key
 from registry_service.errors import BlobNotFound, BlobStoreUnavailable
 
@@ -76,10 +77,7 @@ class S3BlobWriter:
             if len(self._buffer) < self._filled + take:  # the first part's, growing
                 self._buffer += view[:take]
             else:
-                # Through a view: a bytearray's own slice assignment first copies the
-                # source into a new bytearray (an mmap, at a MiB), then copies that.
-                with memoryview(self._buffer) as target:
-                    target[self._filled:self._filled + take] = view[:take]
+                copy_into(self._buffer, self._filled, view[:take])
             self._filled += take
             view = view[take:]
             if self._filled == self._part_size:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from loraplane.buffers import copy_into
 from loraplane.lora.safetensors_stream import SafetensorsStream
 from registry_service.blobs.base import BlobWriter
 
@@ -76,11 +77,10 @@ class FileSink:
         if len(self._scratch) < size:
             self._scratch = bytearray(size)
         position = 0
-        scratch = memoryview(self._scratch)  # not the bytearray's slice assignment: a copy
         for piece in pieces:
-            scratch[position:position + len(piece)] = piece
+            copy_into(self._scratch, position, piece)
             position += len(piece)
-        return scratch[:size]
+        return memoryview(self._scratch)[:size]
 
     def _consume(self, data: bytes | memoryview) -> None:
         assert self._handle is not None

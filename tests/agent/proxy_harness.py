@@ -54,10 +54,11 @@ def inference_keys() -> InferenceKeys:
 @contextlib.asynccontextmanager
 async def serve_asgi(app: ASGIApp, **options: Any) -> AsyncIterator[str]:
     """Run ``app`` under uvicorn on a free port for the block; yield its base URL.
-    ``options`` go to ``uvicorn.Config``."""
+    ``options`` go to ``uvicorn.Config`` (``lifespan`` is "on" unless they say)."""
     port = free_port()
+    options = {"lifespan": "on", **options}
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on", timeout_graceful_shutdown=5, **options)
+                            timeout_graceful_shutdown=5, **options)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:

@@ -26,11 +26,6 @@ class Upstream:
         self.peers: list[int] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
         body = b""
         while True:
             message = await receive()
@@ -48,7 +43,7 @@ class Upstream:
 async def test_each_floor_proxy_carries_requests_on_one_kept_alive_connection(
         tmp_path: Path) -> None:
     upstream = Upstream()
-    async with serve_asgi(upstream) as url, contextlib.AsyncExitStack() as stack:
+    async with serve_asgi(upstream, lifespan="off") as url, contextlib.AsyncExitStack() as stack:
         sync = contextlib.ExitStack()
         stack.push_async_callback(asyncio.to_thread, sync.close)
         # Started in a thread: their readiness probe is synchronous, and the upstream
