@@ -33,7 +33,7 @@ from bench.common import git_commit, percentile, record, table
 from bench.fanout import PUSHED, adapter_folder, prepare, reported_by, settled
 from bench.fanout_fleet import Fleet, running_fleet
 from bench.fanout_profile import inclusive, profiled
-from bench.sched_probe import cpu_ms
+from bench.sched_probe import cpu_ms, runs
 from loraplane.client import AsyncRegistryClient
 from loraplane.placement import assignment
 
@@ -63,14 +63,15 @@ async def measure(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             assert agent is not None
             spied = [agent] if args.py_spy is not None else []
             with profiled(spied, args.py_spy or work / "profiles") as outputs:
-                before = cpu_ms(agent), cpu_ms(registry)
+                before = cpu_ms(agent), cpu_ms(registry), runs(agent)
                 walls = [await push(fleet, api, f) for f in folders[args.warmup:]]
-                after = cpu_ms(agent), cpu_ms(registry)
+                after = cpu_ms(agent), cpu_ms(registry), runs(agent)
         finally:
             await api.aclose()
     result: dict[str, Any] = {
         "agent_cpu_ms_per_push": round((after[0] - before[0]) / args.pushes, 2),
         "registry_cpu_ms_per_push": round((after[1] - before[1]) / args.pushes, 2),
+        "agent_runs_per_push": round((after[2] - before[2]) / args.pushes, 1),
         "push_wall_ms": {f"p{p}": round(percentile(walls, p) * 1000, 1) for p in (50, 99)}}
     if spied:
         result["profile"] = inclusive(outputs)
@@ -92,9 +93,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lp-bench-push-cpu-", dir=args.work_dir) as work, \
             MachineLoad() as load:
         result = asyncio.run(measure(Path(work), args))
-    print(table(["pushes", "agent CPU ms/push", "registry CPU ms/push", "push → reported p50 ms",
-                 "p99 ms"],
-                [[args.pushes, result["agent_cpu_ms_per_push"],
+    print(table(["pushes", "agent CPU ms/push", "agent wake-ups/push", "registry CPU ms/push",
+                 "push → reported p50 ms", "p99 ms"],
+                [[args.pushes, result["agent_cpu_ms_per_push"], result["agent_runs_per_push"],
                   result["registry_cpu_ms_per_push"], result["push_wall_ms"]["p50"],
                   result["push_wall_ms"]["p99"]]]))
     for name, share in result.get("profile", {}).get("inclusive_pct", []):

@@ -308,10 +308,13 @@ async def _fetch_counts(fleet: Fleet) -> tuple[dict[str, float], dict[str, float
 async def _fetches_since(fleet: Fleet, counted: tuple[dict[str, float], dict[str, float]]
                          ) -> dict[str, Any]:
     """What agents fetched since ``counted`` (agents started since count from zero), and
-    how many of those files the registry served (a 307 each)."""
+    how many of those files the registry served (a 307 each), and the status reports it
+    took meanwhile."""
     fetches, requests = await _fetch_counts(fleet)
+    served = _delta(requests, counted[1])
     return {"agent_file_fetches": _delta(fetches, counted[0]),
-            "file_requests": _delta(requests, counted[1]).get(FILES_ROUTE, 0.0)}
+            "file_requests": served.get(FILES_ROUTE, 0.0),
+            "status_reports": served.get(STATUS_ROUTE, 0.0)}
 
 
 async def change_fleet(fleet: Fleet, replicas: Mapping[str, int | None],

@@ -61,6 +61,17 @@ def cpu_ms(pid: int) -> float:
     return thread_sched([pid]).on_cpu / 1e6
 
 
+def runs(pid: int) -> int:
+    """Times the threads of one process have been put on a CPU so far (schedstat's
+    third field): each wake-up of a thread is one, and each costs more than its own
+    work on a crowded machine (cold caches after the switch)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((task / "schedstat").read_text().split()[2])
+    return total
+
+
 def machine_busy_s() -> float:
     """CPU seconds the whole machine has spent busy since boot, every core counted
     (``/proc/stat``: user, nice, system, irq, softirq, steal)."""

@@ -32,6 +32,7 @@ from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
 from inference_agent.control.keys import ALL, key_for
+from inference_agent.control.pull import PullStream
 from inference_agent.control.workqueue import Backoff
 from inference_agent.errors import EventBusUnavailable
 from inference_agent.metrics import AgentMetrics
@@ -78,16 +79,15 @@ class Follower:
     """Follows the stream for one agent and base model until cancelled."""
 
     def __init__(self, url: str, *, agent_id: str, base_model: str, enqueue: Enqueue,
-                 batch: int = 1, fetch_timeout_s: float = 2.0, error_streak: int = 3,
+                 batch: int = 256, fetch_timeout_s: float = 2.0, error_streak: int = 3,
                  connect_timeout_s: float = 5.0, request_timeout_s: float = 5.0,
                  backoff: Backoff[str] | None = None,
                  metrics: AgentMetrics | None = None,
                  security: NatsSecurity | None = None,
                  on_event: OnEvent | None = None) -> None:
-        """``batch`` 1: nats-py's ``fetch`` of n > 1 messages, once the first one came,
-        waits out the rest of ``fetch_timeout_s`` for the others, so every event would
-        wait up to 2 s (measured by bench/fanout.py); one at a time, each is handled as
-        it arrives, at one pull request per event.
+        """``batch``: how many events one standing pull request may bring
+        (``PullStream``); each is handled as it arrives. ``fetch_timeout_s``: how long
+        a wait for the next event lasts before the connection is checked.
 
         ``on_event`` takes each parsed event (the agent hands it to the reconciler,
         which acts on what it carries); without it, each event queues its key."""
@@ -111,6 +111,7 @@ class Follower:
         self.events_seen = 0
         self.sessions = 0
         self.connected = asyncio.Event()
+        self._pull: PullStream | None = None
 
     async def run(self, start_seq: int) -> None:
         """Follow from ``start_seq`` (the snapshot's ``stream_seq + 1``), forever."""
@@ -137,19 +138,22 @@ class Follower:
             async with _nats_errors("connect", errors):
                 await asyncio.wait_for(self._connect(client, errors), self.connect_timeout_s)
             js = JetStreamContext(client, timeout=self.request_timeout_s)
-            sub = await self._subscribe(js)
+            pull = await self._subscribe(client, js)
             self.sessions += 1
             self.connected.set()
             self._backoff.forget("session")
             log.info("following %s from consumer %s on NATS at %s", STREAM_NAME, self.consumer,
                      describe_nats(self.url, self.security))
-            await self._consume(client, sub)
+            await self._consume(client, pull)
         finally:
+            self._pull = None
             await self._close(client)
 
     async def _connect(self, client: NatsClient, errors: ConnectErrors) -> None:
         async def reconnected() -> None:
             log.info("reconnected to NATS at %s; queueing a full resync", mask_url(self.url))
+            if self._pull is not None:
+                self._pull.renew()
             self._enqueue(ALL)
 
         async def quiet(exc: Exception) -> None:
@@ -174,14 +178,17 @@ class Follower:
                 log.debug("closing NATS: %s", exc)
         await _stop_leftover_tasks(client)
 
-    async def _subscribe(self, js: JetStreamContext) -> JetStreamContext.PullSubscription:
+    async def _subscribe(self, client: NatsClient, js: JetStreamContext) -> PullStream:
         async with _nats_errors("consumer"):
             if not self._created:
                 await self._recreate(js, self._start_seq)
                 self._created = True
             else:
                 await self._ensure_consumer(js)
-            return await js.pull_subscribe_bind(durable=self.consumer, stream=STREAM_NAME)
+            pull = PullStream(client, STREAM_NAME, self.consumer, batch=self.batch)
+            await pull.open()
+        self._pull = pull
+        return pull
 
     async def _recreate(self, js: JetStreamContext, start_seq: int) -> None:
         with suppress(NotFoundError):
@@ -208,16 +215,14 @@ class Follower:
             resume = max(1, info.state.first_seq)
         await self._recreate(js, resume)
 
-    async def _consume(self, client: NatsClient,
-                       sub: JetStreamContext.PullSubscription) -> None:
+    async def _consume(self, client: NatsClient, pull: PullStream) -> None:
         errors = 0
         while errors < self.error_streak:
             _raise_if_cancelling()
             try:
-                messages = await sub.fetch(self.batch, timeout=self.fetch_timeout_s)
+                message = await pull.next(self.fetch_timeout_s)
             except (nats.errors.TimeoutError, TimeoutError):
                 # No events for a while is normal; only a timeout while cut off is not.
-                # (nats-py raises both its own and asyncio's timeout for an empty fetch.)
                 errors = 0 if client.is_connected else errors + 1
                 continue
             except (nats.errors.Error, OSError) as exc:
@@ -227,8 +232,7 @@ class Follower:
                 await asyncio.sleep(min(1.0, self.fetch_timeout_s))
                 continue
             errors = 0
-            for message in messages:
-                await self._handle(message)
+            await self._handle(message)
         raise EventBusUnavailable(f"{errors} fetches in a row failed",
                                   detail={"consumer": self.consumer})
 

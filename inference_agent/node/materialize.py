@@ -43,6 +43,10 @@ STAGING = ".staging"
 # whatever the running count says: it also corrects a count that drifted.
 RECOUNT_S = 60.0
 COPY_CHUNK = 1 << 20
+# Versions up to this size are checked on the event loop: the check (a NaN/Inf scan at
+# hundreds of MB/s) takes about a millisecond, less than handing it to a worker thread
+# and back costs a crowded host (two more wake-ups; bench/agent_push_cpu.py).
+INLINE_CHECK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,10 @@ class Materializer:
             with self._metrics.stage("fetch"):
                 written = await fill(ref, staging)
             with self._metrics.stage("validate"):
-                await asyncio.to_thread(self._check, ref, staging, written)
+                if sum(f.size for f in ref.files) <= INLINE_CHECK_BYTES:
+                    self._check(ref, staging, written)
+                else:
+                    await asyncio.to_thread(self._check, ref, staging, written)
             _rename_into_place(staging, final)
             os.utime(final)
             if self._bytes is not None:
@@ -232,7 +239,7 @@ class Materializer:
 
     def _check(self, ref: VersionRef, staging: Path, written: Written) -> None:
         """Compare what was written (sizes, sha256s) with ``ref``, check the digest, then
-        validate the files; runs in a worker thread."""
+        validate the files; in a worker thread unless the version is small."""
         actual: list[tuple[str, int, str]] = []
         for file, (_name, size, sha) in zip(ref.files, written, strict=True):
             if (size, sha) != (file.size, file.sha256):

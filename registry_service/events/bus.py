@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import nats
@@ -151,11 +151,29 @@ class EventBus:
         A duplicate (same ``msg_id`` inside the window) is acked with the sequence of
         the first copy, so the caller records the same number either way.
         """
+        acked = await self.send(subject, data, msg_id)
+        return await acked()
+
+    async def send(self, subject: str, data: bytes, msg_id: str) -> Callable[[], Awaitable[int]]:
+        """Publish without waiting; returns the wait for the stream's ack (its sequence).
+
+        Messages sent one after another from one connection reach the stream in that
+        order, so a batch can be in flight at once: its subscribers then get the batch
+        together (one wake-up each) instead of one message per round trip to the stream.
+        """
         js = self._jetstream()
         async with _nats_errors("publish"):
-            ack = await js.publish(subject, data, stream=STREAM_NAME,
-                                   headers={MSG_ID_HEADER: msg_id})
-        return int(ack.seq)
+            future = await js.publish_async(subject, data, stream=STREAM_NAME,
+                                            headers={MSG_ID_HEADER: msg_id})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_s
+
+        async def acked() -> int:
+            async with _nats_errors("publish"):
+                # On timeout wait_for cancels the future, which frees its pending slot.
+                ack = await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+            return int(ack.seq)
+        return acked
 
     async def close(self) -> None:
         self._js, self._closing = None, True

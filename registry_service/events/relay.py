@@ -39,7 +39,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -289,21 +289,35 @@ class EventRelay:
     async def _publish_rows(
         self, bus: EventBus, rows: Sequence[EventRow], deadline: float,
     ) -> tuple[list[Acked], EventBusUnavailable | None]:
-        acked: list[Acked] = []
-        for row in rows:
+        """Send the rows in order without waiting, then collect their acks: a batch
+        reaches the agents together. A failure keeps the acks before and after it (a
+        row published again later is a duplicate the stream drops, by its msg id)."""
+        # Encoded first: signing the file links may wait, and the client would send
+        # each row on its own while it does.
+        encoded = [(row, await self._encode(row)) for row in rows]
+        sent: list[tuple[EventRow, float, Callable[[], Awaitable[int]]]] = []
+        failure: EventBusUnavailable | None = None
+        for row, data in encoded:
             if time.monotonic() > deadline:
                 break
             try:
-                started = time.perf_counter()
-                stream_seq = await bus.publish(row.subject, await self._encode(row),
-                                               row.event_id)
-                self._metrics.relay_publish.observe(time.perf_counter() - started)
+                sent.append((row, time.perf_counter(),
+                             await bus.send(row.subject, data, row.event_id)))
             except EventBusUnavailable as exc:
-                # The stream may be gone (a fresh server); check it before the retry.
-                self._ready.clear()
-                return acked, exc
-            acked.append(Acked(row.seq, stream_seq))
-        return acked, None
+                failure = exc
+                break
+        acked: list[Acked] = []
+        for row, started, wait in sent:
+            try:
+                acked.append(Acked(row.seq, await wait()))
+            except EventBusUnavailable as exc:
+                failure = failure or exc
+                continue
+            self._metrics.relay_publish.observe(time.perf_counter() - started)
+        if failure is not None:
+            # The stream may be gone (a fresh server); check it before the retry.
+            self._ready.clear()
+        return acked, failure
 
     async def _encode(self, row: EventRow) -> bytes:
         if self._linker is None:

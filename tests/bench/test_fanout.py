@@ -25,6 +25,8 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
         # Starting agents fetched from S3 with the snapshot's URLs: no 307 at all.
         assert start["file_requests"] == 0, start
         assert set(start["agent_file_fetches"]) == {"direct/ok"}, start
+        # Each of the four agents the step started reported at least once.
+        assert start["status_reports"] >= 4, start
     for push in result["pushes"]:
         # The routing change, the version and its alias move: three events, whatever
         # the fleet's size.

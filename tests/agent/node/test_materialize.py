@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,30 @@ async def test_nan_values_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(AdapterRejected) as info:
         await mat.materialize(ref)
     assert info.value.code == "non_finite_values"
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["on the loop", "in a thread"])
+async def test_small_versions_are_checked_on_the_loop_large_ones_in_a_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline: bool) -> None:
+    # The adapters here are ~70 KB: a limit of 0 sends every check to a worker thread.
+    monkeypatch.setattr(materialize, "INLINE_CHECK_BYTES", 1 << 20 if inline else 0)
+    threads: list[int] = []
+    check = Materializer._check
+
+    def watched(self: Materializer, *args: object) -> None:
+        threads.append(threading.get_ident())
+        check(self, *args)  # type: ignore[arg-type]
+    monkeypatch.setattr(Materializer, "_check", watched)
+    mat = materializer(tmp_path, LocalFetch())
+    bad = ref_from_dir("bot", 1, make_adapter(tmp_path / "nan", inject="nan"))
+    with pytest.raises(AdapterRejected) as info:
+        await mat.materialize(bad)
+    assert info.value.code == "non_finite_values" and leftovers(tmp_path) == []
+    good = ref_from_dir("bot", 2, make_adapter(tmp_path / "good"))
+    assert await mat.materialize(good) == mat.path_of(good)
+    on_loop = threading.get_ident()
+    assert len(threads) == 2
+    assert (set(threads) == {on_loop}) if inline else (on_loop not in threads)
 
 
 async def test_unsafe_file_names_are_refused(tmp_path: Path) -> None:
