@@ -138,7 +138,7 @@ class Follower:
             async with _nats_errors("connect", errors):
                 await asyncio.wait_for(self._connect(client, errors), self.connect_timeout_s)
             js = JetStreamContext(client, timeout=self.request_timeout_s)
-            pull = await self._subscribe(client, js)
+            pull = self._pull = await self._subscribe(client, js)
             self.sessions += 1
             self.connected.set()
             self._backoff.forget("session")
@@ -187,7 +187,6 @@ class Follower:
                 await self._ensure_consumer(js)
             pull = PullStream(client, STREAM_NAME, self.consumer, batch=self.batch)
             await pull.open()
-        self._pull = pull
         return pull
 
     async def _recreate(self, js: JetStreamContext, start_seq: int) -> None:

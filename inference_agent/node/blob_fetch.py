@@ -31,6 +31,7 @@ import aiohttp
 import httpx
 from yarl import URL
 
+from inference_agent.futures import retrieve_exception
 from inference_agent.lazy_session import LazySession
 from loraplane.client._core import DOWNLOAD_CHUNK, FileCheck, OnBytes
 from loraplane.client.errors import RegistryError
@@ -130,31 +131,27 @@ async def _save(content: aiohttp.StreamReader, dest: Path, check: FileCheck) -> 
     A file of more than one chunk is written and hashed in a worker thread, one chunk
     behind the socket: both release the GIL, so the next chunk is received meanwhile
     instead of waiting (a 50 MB adapter, bench/large_adapter.py). A smaller file is
-    written on the loop: a hand-off to a thread and back would cost more than it saves.
+    written on the loop.
     """
+    # A thread hand-off per chunk would cost a small file more than it saves.
+    inline = check.size <= DOWNLOAD_CHUNK
+    loop = asyncio.get_running_loop()
+    behind: asyncio.Future[None] | None = None
     with dest.open("wb") as out:
-        if check.size <= DOWNLOAD_CHUNK:
-            async for chunk in content.iter_chunked(DOWNLOAD_CHUNK):
-                _write(out, check, chunk)
-            return
-        loop = asyncio.get_running_loop()
-        behind: asyncio.Future[None] | None = None
         try:
             async for chunk in content.iter_chunked(DOWNLOAD_CHUNK):
+                if inline:
+                    _write(out, check, chunk)
+                    continue
                 if behind is not None:
                     # Shielded: a cancel must not mark a write done that is still running.
                     await asyncio.shield(behind)
                 behind = loop.run_in_executor(None, _write, out, check, chunk)
                 # Retrieved even when nobody awaits it (the download failed meanwhile).
-                behind.add_done_callback(_retrieve)
+                behind.add_done_callback(retrieve_exception)
             if behind is not None:
                 await asyncio.shield(behind)
         finally:
             if behind is not None and not behind.done():
                 # A thread cannot be stopped: let its write end before the file closes.
                 await asyncio.wait([behind])
-
-
-def _retrieve(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()

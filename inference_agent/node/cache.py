@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inference_agent.errors import AgentError, CapacityExhausted
+from inference_agent.futures import retrieve_exception
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.materialize import Materializer
 from inference_agent.node.vllm_client import VllmClient
@@ -39,12 +40,6 @@ def _size_on_disk(path: Path) -> int:
     dominate; vLLM's own slot buffers are sized by --max-lora-rank, not by the file)."""
     files = path.rglob("*") if path.is_dir() else [path]
     return sum(f.stat().st_size for f in files if f.is_file())
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    # Every caller may have been cancelled; the error is reported to whoever awaited.
-    if not task.cancelled():
-        task.exception()
 
 
 class AdapterCache:
@@ -130,7 +125,7 @@ class AdapterCache:
         if pending is None:
             pending = asyncio.ensure_future(self._load(ref, name))
             self._loading[name] = pending
-            pending.add_done_callback(_retrieve)
+            pending.add_done_callback(retrieve_exception)
             pending.add_done_callback(lambda done: self._loading_done(name, done))
         # Shielded: one caller's cancellation (a client gone) must not abort the load
         # the other callers are waiting on.
@@ -234,7 +229,7 @@ class AdapterCache:
         if pending is None:
             pending = asyncio.ensure_future(self._timed_unload(name))
             self._unloading[name] = pending
-            pending.add_done_callback(_retrieve)
+            pending.add_done_callback(retrieve_exception)
             pending.add_done_callback(lambda done: self._unloading_done(name, done))
         return pending
 
