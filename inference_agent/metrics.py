@@ -111,8 +111,9 @@ class AgentMetrics:
                                         registry=r)
         self.file_fetches = Counter("loraplane_agent_file_fetches",
                                     "Files fetched, by source (direct: the blob store with "
-                                    "an event's presigned URL; registry: its file path) and "
-                                    "result (ok, or why a direct fetch fell back)",
+                                    "an event's presigned URL; registry: its file path; "
+                                    "inline: the bytes the event carried) and result (ok, "
+                                    "or why a direct or inline fetch fell back)",
                                     ["source", "result"], registry=r)
         self.swaps = Counter("loraplane_agent_swaps", "Alias moves applied, by outcome",
                              ["adapter", "outcome"], registry=r)

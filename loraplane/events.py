@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, TypeAdapter
 
 STREAM_NAME = "LORAPLANE"
 SUBJECT_PREFIX = "loraplane.events"
@@ -42,6 +42,10 @@ class FileRef(_Frozen):
     # It is a credential for one blob until it expires, so it is never dumped or
     # printed: ``exclude`` keeps it out of every ``model_dump``, ``repr`` out of logs.
     direct_url: str | None = Field(default=None, exclude=True, repr=False)
+    # The file itself, when it is small (base64 in JSON), added by the same relay on
+    # the same terms: the agent writes it without a request, after checking its size
+    # and sha256 like any download's. In the message only: never dumped either.
+    content: Base64Bytes | None = Field(default=None, exclude=True, repr=False)
 
 
 class VersionRef(_Frozen):

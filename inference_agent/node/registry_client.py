@@ -13,6 +13,7 @@ the client's request and error parsing.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -113,13 +114,19 @@ class RegistryLink:
 
     def fetcher(self, on_bytes: OnBytes | None = None, on_fetch: OnFetch | None = None
                 ) -> Callable[[FileRef, Path], Awaitable[tuple[int, str]]]:
-        """A ``Materializer`` fetch function: the blob store directly when the event gave
-        a URL, else (or when that fails) through the registry. Both paths check size and
-        sha256 while streaming and raise on a mismatch, so what was written is what
-        ``file`` declares."""
+        """A ``Materializer`` fetch function: the bytes the event carried for a small
+        file, else the blob store directly when the event gave a URL, else (or when that
+        fails) through the registry. Every path checks size and sha256 (a download while
+        streaming) and writes nothing else, so what was written is what ``file``
+        declares; carried bytes that do not match are fetched instead."""
         counted: OnFetch = on_fetch or (lambda _source, _result: None)
 
         async def fetch(file: FileRef, dest: Path) -> tuple[int, str]:
+            if file.content is not None:
+                if _write_inline(file, file.content, dest):
+                    counted("inline", "ok")
+                    return file.size, file.sha256
+                counted("inline", "mismatch")
             if file.direct_url is not None:
                 try:
                     await self.blobs.download(file.direct_url, dest, size=file.size,
@@ -148,3 +155,13 @@ class RegistryLink:
         await self.api.aclose()
         await self.blobs.aclose()
         await self.reports.aclose()
+
+
+def _write_inline(file: FileRef, content: bytes, dest: Path) -> bool:
+    """Write the bytes an event carried for ``file`` if they are the file's; a few KiB
+    at most (the relay's limit), so on the event loop."""
+    if len(content) != file.size or hashlib.sha256(content).hexdigest() != file.sha256:
+        log.warning("%s: the event's copy does not match its sha256; fetching it", file.name)
+        return False
+    dest.write_bytes(content)
+    return True

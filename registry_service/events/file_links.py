@@ -17,6 +17,15 @@ must have on disk, skips the 307 too. That response is read with a token that ma
 every adapter it lists, which is what the redirect itself checks; it is signed with
 each read, so its URLs are valid for ``presign_expires_s`` from the read.
 
+A file of at most ``INLINE_MAX_BYTES`` goes in the published event itself as well
+(``content``, base64): every adapter has one, its ``adapter_config.json`` of under a
+kilobyte, and at a push every agent of the fleet fetched it, a hundred GETs on the
+store for a hundred agents and one more round trip on each agent's way to serving. The
+relay reads it from the store once (a small content-addressed cache keeps it for the
+next event naming it); the agent checks its size and sha256 as it would a download's
+and fetches the file instead if they do not match. Like the URLs, it is in the message
+only, never in the outbox row.
+
 Security: a presigned URL is a read credential for one blob until it expires. The
 redirect hands one only to a live token that may read the adapter; an event hands one
 to whoever may read the stream. Agent tokens are global readers, so for agents the two
@@ -24,13 +33,17 @@ are the same *if* the stream is as closed as the registry's API, which is why ``
 adds URLs only when the registry itself must authenticate to NATS (an external server
 with credentials) and never with the embedded, credential-less server. Revoking an
 agent then means revoking its NATS credentials too, as it already does for the event
-metadata it reads there.
+metadata it reads there. An inlined file is handed out on the same terms: the linker
+that adds URLs adds the small files, and only where it is on.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from loraplane.nats_auth import NatsSecurity
@@ -39,6 +52,10 @@ from registry_service.errors import RegistryError
 from registry_service.settings import RegistrySettings
 
 log = logging.getLogger(__name__)
+
+INLINE_MAX_BYTES = 4096
+# Small files kept by sha256 (content-addressed, so never stale): at most a MiB.
+INLINE_CACHE_ENTRIES = 256
 
 
 def event_file_linker(settings: RegistrySettings, blobs: BlobStore,
@@ -79,6 +96,7 @@ class FileLinker:
         self._blobs = blobs
         self.expires_s = expires_s
         self._failing = False
+        self._small: OrderedDict[str, bytes] = OrderedDict()
 
     async def _sign(self, lists: list[list[dict[str, Any]]], what: str) -> Signed | None:
         """(sha256, name) -> URL for every file in ``lists``; None if signing fails."""
@@ -109,8 +127,42 @@ class FileLinker:
         """A copy of ``payload`` with ``direct_url`` on each file (the same if signing
         fails). A copy: the payload shares its lists with the outbox row's JSON."""
         linked = copy.deepcopy(payload)
-        await self._add_urls(_file_lists(linked), "events")
+        lists = _file_lists(linked)
+        await self._add_urls(lists, "events")
+        await self._add_contents(lists)
         return linked
+
+    async def _add_contents(self, lists: list[list[dict[str, Any]]]) -> None:
+        """Set ``content`` (base64) on every file of at most ``INLINE_MAX_BYTES``, in
+        place; a file the store cannot give (or gives wrong) goes without."""
+        for files in lists:
+            for entry in files:
+                size, sha256 = entry.get("size"), entry.get("sha256")
+                if not (isinstance(size, int) and isinstance(sha256, str)
+                        and 0 <= size <= INLINE_MAX_BYTES):
+                    continue
+                data = await self._small_blob(sha256, size)
+                if data is not None:
+                    entry["content"] = base64.b64encode(data).decode("ascii")
+
+    async def _small_blob(self, sha256: str, size: int) -> bytes | None:
+        data = self._small.get(sha256)
+        if data is not None:
+            self._small.move_to_end(sha256)
+            return data
+        try:
+            async with await self._blobs.open_stream(sha256) as stream:
+                data = b"".join([chunk async for chunk in stream])
+        except RegistryError as exc:
+            log.info("blob %s goes out by URL only: %s", sha256[:12], type(exc).__name__)
+            return None
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+            log.warning("blob %s in the store does not match its digest", sha256[:12])
+            return None
+        self._small[sha256] = data
+        if len(self._small) > INLINE_CACHE_ENTRIES:
+            self._small.popitem(last=False)
+        return data
 
     async def _add_urls(self, lists: list[list[dict[str, Any]]], what: str) -> None:
         """Sign every file of ``lists`` and set its URL, in place; nothing if it fails."""

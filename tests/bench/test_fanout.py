@@ -1,7 +1,8 @@
 """The fan-out benchmark, small: 8 real agents and the stand-in for vLLM against one real
 registry (Postgres, SeaweedFS, NATS). It checks the bench works; that a push (with a
 routing change) reaches every agent with no desired-state read at all, no file request
-to the registry (the events' presigned URLs are used) and one status report per agent;
+to the registry (the events' presigned URLs and small files are used) and one status
+report per agent;
 that starting agents make no file request to the registry either (the snapshot's URLs);
 and that a fleet change moves exactly what rendezvous placement implies, a joining
 agent fetching only the adapters it owns. No timing is
@@ -33,8 +34,10 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
         assert push["events_published"] == 3
         # Neither the rule nor the alias move made any agent read the registry.
         assert push["desired_reads"] == 0, push["requests"]
-        # Every agent fetched the new files (two) straight from S3 ...
-        assert push["agent_file_fetches"] == {"direct/ok": 2 * push["agents"]}, push
+        # Every agent wrote the new config from the event's bytes and fetched the
+        # weights straight from S3 ...
+        assert push["agent_file_fetches"] == {"direct/ok": push["agents"],
+                                              "inline/ok": push["agents"]}, push
         assert push["file_requests"] == 0, push["requests"]
         # ... and reported the whole swap once.
         assert push["status_reports"] == push["agents"], push["requests"]

@@ -95,7 +95,8 @@ def requests_seen(link: RegistryLink) -> list[tuple[str, bool]]:
 
 
 def with_url(file: FileRef, url: str | None) -> FileRef:
-    return file.model_copy(update={"direct_url": url})
+    """``file`` as an event would give it with ``url`` and without its bytes."""
+    return file.model_copy(update={"direct_url": url, "content": None})
 
 
 def sha(path: Path) -> str:
@@ -113,6 +114,10 @@ async def test_files_come_straight_from_s3(served: Served, nats: NatsService,
                                              headers=served.harness.admin_headers)
     assert listed.status_code == 200 and "X-Amz" not in listed.text
     assert "X-Amz" not in move.model_dump_json() and "X-Amz" not in repr(move)
+    # The config (under a KiB) travels in the message; the weights (68 KB) do not.
+    inline = [f.name for f in files if f.content is not None]
+    assert inline == ["adapter_config.json"]
+    assert "content" not in move.model_dump_json() and "content" not in repr(move)
     link = await agent_link(served)
     seen = requests_seen(link)
     counted: list[tuple[str, str]] = []
@@ -123,10 +128,32 @@ async def test_files_come_straight_from_s3(served: Served, nats: NatsService,
             assert sha(tmp_path / file.name) == file.sha256
     finally:
         await link.aclose()
-    assert counted == [("direct", "ok")] * len(files)
-    # No request to the registry at all, and no token sent to S3.
+    assert sorted(counted) == [("direct", "ok"), ("inline", "ok")]
+    # One request, straight to S3 with no token; none to the registry.
     assert [u for u, _ in seen if u.startswith(served.url)] == []
-    assert len(seen) == len(files) and not any(token for _, token in seen)
+    assert len(seen) == 1 and not any(token for _, token in seen)
+
+
+async def test_bytes_in_the_event_that_do_not_match_are_fetched_instead(
+        served: Served, nats: NatsService, tmp_path: Path) -> None:
+    move = await published_move(served, nats.url, tmp_path)
+    assert move.target is not None
+    config = next(f for f in move.target.files if f.content is not None)
+    assert config.content is not None
+    link = await agent_link(served)
+    seen = requests_seen(link)
+    counted: list[tuple[str, str]] = []
+    fetch = link.fetcher(on_fetch=lambda source, result: counted.append((source, result)))
+    wrong = [config.content[:-1] + b" ", config.content + b" ", b""]
+    try:
+        for content in wrong:
+            dest = tmp_path / f"got-{len(counted)}"
+            await fetch(config.model_copy(update={"content": content}), dest)
+            assert sha(dest) == config.sha256
+    finally:
+        await link.aclose()
+    assert counted == [("inline", "mismatch"), ("direct", "ok")] * len(wrong)
+    assert len(seen) == len(wrong)
 
 
 async def test_a_refused_or_unreachable_url_falls_back_to_the_registry(
