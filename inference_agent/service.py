@@ -20,7 +20,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from inference_agent.control.swap import Swapper
 from inference_agent.control.watchdir import WatchDirSource
 from inference_agent.control.workqueue import Backoff, WorkQueue
 from inference_agent.errors import AgentError, RegistryUnavailable, VllmUnavailable
+from inference_agent.http_server import QuietServer, server_config
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.credentials import (
@@ -59,34 +60,12 @@ from loraplane.nats_auth import describe_nats
 
 log = logging.getLogger(__name__)
 
-# uvicorn's own wait for connections, after the agent already waited for its requests.
-_SERVER_CLOSE_S = 2
-# Longer than clients keep an idle connection (httpx, and the OpenAI SDK on it, 5 s;
-# a load balancer's idle timeout, often 60 s): the client, not the agent, then closes
-# an idle one, and never sends a request on a connection the agent is closing, which
-# fails that request (uvicorn's own default is the same 5 s as httpx's).
-KEEP_ALIVE_S = 65
-
-
-def server_config(app: Any, settings: AgentSettings) -> uvicorn.Config:
-    """The agent's HTTP server: the OpenAI-compatible port, metrics and health."""
-    return uvicorn.Config(app, log_level=settings.log_level, lifespan="on", access_log=False,
-                          timeout_graceful_shutdown=_SERVER_CLOSE_S,
-                          timeout_keep_alive=KEEP_ALIVE_S)
 # How long the shutdown waits to tell the registry this agent leaves the fleet.
 _LEAVE_TIMEOUT_S = 2.0
 
 
 class AgentConfigError(ValueError):
     """Settings that parse but cannot be used (an unreadable base model config...)."""
-
-
-class QuietServer(uvicorn.Server):
-    """uvicorn without its signal handlers: the agent owns the signals and the order."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
 
 
 def _shapes(settings: AgentSettings) -> BaseModelShapes | None:
@@ -405,7 +384,7 @@ class Agent:
         # 3. Cancel the rest: every task of the agent, then the drains of old versions.
         await _cancel_all(tasks)
         await self.swapper.drain_all(0)
-        # 4. Close the HTTP server (it waits _SERVER_CLOSE_S for its connections), then
+        # 4. Close the HTTP server (it waits SERVER_CLOSE_S for its connections), then
         #    the clients.
         server.should_exit = True
         await asyncio.wait({served})

@@ -19,7 +19,8 @@ from devharness.uploads import upload_dir
 from devharness.waiting import eventually
 from inference_agent.control.contract import Readiness, SwapResult
 from inference_agent.errors import AgentError
-from inference_agent.service import Agent, QuietServer
+from inference_agent.http_server import QuietServer
+from inference_agent.service import Agent
 from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
 from loraplane.events import RouteRule, VersionRef

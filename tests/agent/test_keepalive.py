@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from starlette.applications import Starlette
 
-from inference_agent.service import KEEP_ALIVE_S, server_config
+from inference_agent.http_server import KEEP_ALIVE_S, server_config
 from inference_agent.settings import AgentSettings
 from tests.agent.test_service import keys_file
 
