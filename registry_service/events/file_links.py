@@ -39,16 +39,18 @@ that adds URLs adds the small files, and only where it is on.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import hashlib
 import logging
+import time
 from collections import OrderedDict
 from typing import Any
 
 from loraplane.nats_auth import NatsSecurity
 from registry_service.blobs.base import BlobStore
-from registry_service.errors import RegistryError
+from registry_service.errors import BlobNotFound, RegistryError
 from registry_service.settings import RegistrySettings
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,11 @@ log = logging.getLogger(__name__)
 INLINE_MAX_BYTES = 4096
 # Small files kept by sha256 (content-addressed, so never stale): at most a MiB.
 INLINE_CACHE_ENTRIES = 256
+# The relay publishes while it reads: a store that is down or slow must not hold the
+# events back. A read gets this long, and after one fails none is tried for a while
+# (the events go out with URLs only, as before).
+INLINE_READ_TIMEOUT_S = 1.0
+INLINE_PAUSE_S = 30.0
 
 
 def event_file_linker(settings: RegistrySettings, blobs: BlobStore,
@@ -97,6 +104,7 @@ class FileLinker:
         self.expires_s = expires_s
         self._failing = False
         self._small: OrderedDict[str, bytes] = OrderedDict()
+        self._reads_paused_until = 0.0
 
     async def _sign(self, lists: list[list[dict[str, Any]]], what: str) -> Signed | None:
         """(sha256, name) -> URL for every file in ``lists``; None if signing fails."""
@@ -124,8 +132,9 @@ class FileLinker:
         return snapshot
 
     async def link(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """A copy of ``payload`` with ``direct_url`` on each file (the same if signing
-        fails). A copy: the payload shares its lists with the outbox row's JSON."""
+        """A copy of ``payload`` with ``direct_url`` on each file (none if signing
+        fails) and ``content`` on each small one (none the store cannot give at once).
+        A copy: the payload shares its lists with the outbox row's JSON."""
         linked = copy.deepcopy(payload)
         lists = _file_lists(linked)
         await self._add_urls(lists, "events")
@@ -150,11 +159,18 @@ class FileLinker:
         if data is not None:
             self._small.move_to_end(sha256)
             return data
+        if time.monotonic() < self._reads_paused_until:
+            return None
         try:
-            async with await self._blobs.open_stream(sha256) as stream:
-                data = b"".join([chunk async for chunk in stream])
-        except RegistryError as exc:
-            log.info("blob %s goes out by URL only: %s", sha256[:12], type(exc).__name__)
+            async with asyncio.timeout(INLINE_READ_TIMEOUT_S):
+                data = await self._read(sha256)
+        except BlobNotFound:
+            log.warning("blob %s is not in the store", sha256[:12])
+            return None
+        except (RegistryError, TimeoutError) as exc:  # the store is down or slow
+            self._reads_paused_until = time.monotonic() + INLINE_PAUSE_S
+            log.warning("small files go out by URL only for %.0f s: reading blob %s: %s",
+                        INLINE_PAUSE_S, sha256[:12], type(exc).__name__)
             return None
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
             log.warning("blob %s in the store does not match its digest", sha256[:12])
@@ -163,6 +179,10 @@ class FileLinker:
         if len(self._small) > INLINE_CACHE_ENTRIES:
             self._small.popitem(last=False)
         return data
+
+    async def _read(self, sha256: str) -> bytes:
+        async with await self._blobs.open_stream(sha256) as stream:
+            return b"".join([chunk async for chunk in stream])
 
     async def _add_urls(self, lists: list[list[dict[str, Any]]], what: str) -> None:
         """Sign every file of ``lists`` and set its URL, in place; nothing if it fails."""

@@ -3,6 +3,7 @@ what goes without (on the local blob store, which signs no URL but reads like an
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from pathlib import Path
@@ -12,6 +13,8 @@ import pytest
 
 from registry_service.blobs.base import BlobStream
 from registry_service.blobs.local import LocalBlobStore
+from registry_service.errors import BlobStoreUnavailable
+from registry_service.events import file_links
 from registry_service.events.file_links import INLINE_MAX_BYTES, FileLinker
 
 
@@ -66,3 +69,49 @@ async def test_a_blob_missing_or_wrong_in_the_store_goes_without(tmp_path: Path)
     linked = await linker.link({"files": [missing, wrong]})
     assert [f.get("content") for f in linked["files"]] == [None, None]
     assert [f["sha256"] for f in linked["files"]] == [missing["sha256"], wrong["sha256"]]
+
+
+async def test_a_store_that_hangs_or_fails_holds_no_event_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay publishes as it links: a read that does not answer in time, or fails,
+    leaves the file to its URL, and no read is tried again for a while."""
+    monkeypatch.setattr(file_links, "INLINE_READ_TIMEOUT_S", 0.05)
+    store = LocalBlobStore(tmp_path / "blobs")
+    first = await _stored(store, tmp_path, b"one")
+    second = await _stored(store, tmp_path, b"two")
+    tried: list[str] = []
+    never = asyncio.Event()
+
+    async def hangs(sha256: str, chunk_size: int = 1 << 20) -> BlobStream:
+        tried.append(sha256)
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(store, "open_stream", hangs)
+    linker = FileLinker(store, expires_s=60)
+    linked = await linker.link({"files": [first, second]})
+    assert [f.get("content") for f in linked["files"]] == [None, None]
+    assert tried == [first["sha256"]]  # paused after the first: the second not tried
+    assert [f.get("content") for f in (await linker.link({"files": [first]}))["files"]
+            ] == [None]
+    assert tried == [first["sha256"]]
+
+    async def fails(sha256: str, chunk_size: int = 1 << 20) -> BlobStream:
+        tried.append(sha256)
+        raise BlobStoreUnavailable("down")
+
+    monkeypatch.setattr(store, "open_stream", fails)
+    other = FileLinker(store, expires_s=60)
+    assert "content" not in (await other.link({"files": [second]}))["files"][0]
+    assert "content" not in (await other.link({"files": [second]}))["files"][0]
+    assert tried == [first["sha256"], second["sha256"]]
+
+
+async def test_a_missing_blob_does_not_pause_the_others(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path / "blobs")
+    missing = await _stored(store, tmp_path, b"gone")
+    store.path_for(missing["sha256"]).unlink()
+    present = await _stored(store, tmp_path, b"here")
+    linked = await FileLinker(store, expires_s=60).link({"files": [missing, present]})
+    assert "content" not in linked["files"][0]
+    assert base64.b64decode(linked["files"][1]["content"]) == b"here"
