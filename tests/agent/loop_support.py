@@ -159,6 +159,13 @@ async def serve_app(app: Any, port: int | None = None) -> AsyncIterator[str]:
     port = port or free_port()
     server = QuietServer(uvicorn.Config(app, host="127.0.0.1", port=port,
                                         log_level="warning", lifespan="on"))
+    async with running(server):
+        yield f"http://127.0.0.1:{port}"
+
+
+@asynccontextmanager
+async def running(server: QuietServer) -> AsyncIterator[asyncio.Task[None]]:
+    """``server`` serving once it has started; told to exit and awaited afterwards."""
     task = asyncio.create_task(server.serve())
     try:
         await eventually(lambda: server.started or task.done(), timeout_s=60,
@@ -166,7 +173,7 @@ async def serve_app(app: Any, port: int | None = None) -> AsyncIterator[str]:
         if task.done():
             task.result()
             raise AssertionError("uvicorn stopped during start-up")
-        yield f"http://127.0.0.1:{port}"
+        yield task
     finally:
         server.should_exit = True
         await task

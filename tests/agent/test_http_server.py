@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -15,25 +13,13 @@ from devharness.waiting import eventually
 from inference_agent import http_server
 from inference_agent.http_server import QuietServer
 from loraplane.netutil import free_port
+from tests.agent.loop_support import running
 
 
 async def _ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
     assert scope["type"] == "http"
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"ok"})
-
-
-@asynccontextmanager
-async def _serving(server: QuietServer) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(server.serve())
-    try:
-        await eventually(lambda: server.started or task.done(), timeout_s=60,
-                         what="uvicorn start", interval_s=0.02)
-        assert not task.done(), "uvicorn stopped during start-up"
-        yield task
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 60)
 
 
 def _server(port: int) -> QuietServer:
@@ -46,7 +32,7 @@ async def test_it_stops_when_told_without_waiting_for_a_tick(
     monkeypatch.setattr(http_server, "TICK_S", 3600.0)  # only the stop can end the wait
     port = free_port()
     server = _server(port)
-    async with _serving(server) as task:
+    async with running(server) as task:
         async with httpx.AsyncClient() as client:
             response = await client.get(f"http://127.0.0.1:{port}/")
         assert response.status_code == 200 and response.headers.get("date")
@@ -67,7 +53,7 @@ async def test_every_tick_refreshes_the_date_header(monkeypatch: pytest.MonkeyPa
         return await real(counter)
 
     monkeypatch.setattr(server, "on_tick", counted)
-    async with _serving(server):
+    async with running(server):
         await eventually(lambda: len(counters) >= 4, timeout_s=60, what="four ticks")
     # uvicorn refreshes its date header when the counter is a multiple of ten.
     assert all(c % 10 == 0 for c in counters) and len(set(counters)) == len(counters)
