@@ -1,5 +1,7 @@
 """What one small HTTP request costs its client in CPU: httpx against aiohttp, the two
-clients the agent has used to talk to vLLM and to S3 (``inference_agent/node/``).
+clients the agent has used to talk to vLLM and to S3 (``inference_agent/node/``), and
+the proxy's own client to vLLM (``inference_agent/serving/upstream_http.py``, POST only:
+it carries the proxied requests).
 
 A local aiohttp server in a process of its own answers every request with 600 bytes
 (the size of vLLM's answer to a load). In this process, each client sends
@@ -7,7 +9,7 @@ A local aiohttp server in a process of its own answers every request with 600 by
 a streamed GET read in chunks (as a file fetch), on one kept-alive connection, after
 50 unmeasured ones. Rounds alternate the clients' order. Reported: CPU microseconds per
 request (``time.process_time``, so the server's work is not counted), the median over
-the rounds, and httpx's over aiohttp's.
+the rounds, httpx's over aiohttp's, and aiohttp's POST over the proxy client's.
 
     .venv/bin/python -m bench.http_client_cpu --requests 2000 --rounds 4
 """
@@ -27,11 +29,14 @@ from typing import Any
 
 import aiohttp
 import httpx
+import orjson
 import uvloop
 
 from bench.agent_setup import MachineLoad
 from bench.common import git_commit, record, table
 from devharness.processes import http_probe
+from inference_agent.serving.openai_errors import ProxyError
+from inference_agent.serving.upstream import Upstream
 from loraplane.netutil import free_port
 from loraplane.process import ChildProcess
 
@@ -104,9 +109,28 @@ async def aiohttp_stream(url: str, count: int) -> float:
         return await _timed(count, one)
 
 
+async def upstream_post(url: str, count: int) -> float:
+    """The proxy's call: ``Upstream.post`` (headers in), then the body read whole."""
+    upstream = Upstream(url, request_timeout_s=30, connect_timeout_s=5)
+
+    async def one() -> bytes:
+        response = await upstream.post("/v1/completions", orjson.dumps(BODY), {})
+        if isinstance(response, ProxyError):
+            raise RuntimeError(response.message)
+        try:
+            return await response.read()
+        finally:
+            response.close()
+    try:
+        return await _timed(count, one)
+    finally:
+        await upstream.aclose()
+
+
 KINDS: dict[str, Kind] = {"httpx POST": httpx_post, "httpx streamed GET": httpx_stream,
                           "aiohttp POST": aiohttp_post,
-                          "aiohttp streamed GET": aiohttp_stream}
+                          "aiohttp streamed GET": aiohttp_stream,
+                          "proxy client POST": upstream_post}
 
 
 def measure(url: str, requests: int, rounds: int) -> dict[str, list[float]]:
@@ -124,7 +148,9 @@ def summarize(found: dict[str, list[float]]) -> dict[str, Any]:
             "httpx_over_aiohttp": {
                 "POST": round(median["httpx POST"] / median["aiohttp POST"], 2),
                 "streamed GET": round(median["httpx streamed GET"]
-                                      / median["aiohttp streamed GET"], 2)}}
+                                      / median["aiohttp streamed GET"], 2)},
+            "aiohttp_over_proxy_client": round(median["aiohttp POST"]
+                                               / median["proxy client POST"], 2)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -146,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 [[kind, value, result["us_per_request"][kind]]
                  for kind, value in result["median_us"].items()]))
     print(f"httpx / aiohttp: {result['httpx_over_aiohttp']}")
+    print(f"aiohttp / the proxy's client, POST: {result['aiohttp_over_proxy_client']}")
     sniffio = importlib.util.find_spec("sniffio") is not None
     return record("http_client_cpu", commit, load.summary, args.json_out,
                   requests=args.requests, rounds=args.rounds, sniffio_installed=sniffio,

@@ -114,13 +114,14 @@ class AdapterCache:
         ``record=False`` (swaps, pre-warming) keeps the hit/miss counters about requests.
         """
         name = versioned_name(ref.adapter, ref.version)
+        metrics = self._metrics
         if name in self.active:
             self.active.move_to_end(name)
-            if record:
-                self._metrics.cache_hits.labels(self._metrics.adapter(ref.adapter)).inc()
+            if record:  # a request's hit: the kept child, not labels() on every request
+                metrics.child(metrics.cache_hits, metrics.adapter(ref.adapter)).inc()
             return name
         if record:
-            self._metrics.cache_misses.labels(self._metrics.adapter(ref.adapter)).inc()
+            metrics.child(metrics.cache_misses, metrics.adapter(ref.adapter)).inc()
         pending = self._loading.get(name)
         if pending is None:
             pending = asyncio.ensure_future(self._load(ref, name))

@@ -20,7 +20,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -34,6 +33,7 @@ from inference_agent.node.cache import AdapterCache
 from inference_agent.node.registry_client import RegistryLink
 from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.calls import ProxyCall
+from inference_agent.serving.front_door import FrontDoor
 from inference_agent.serving.json_body import encode_body, parse_body
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
@@ -46,6 +46,7 @@ from inference_agent.serving.openai_errors import (
 from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
 from inference_agent.serving.streams import Inflight, InflightMiddleware, UpstreamStream
 from inference_agent.serving.upstream import UPSTREAM_ERRORS, Upstream, upstream_error
+from inference_agent.serving.upstream_http import UpstreamResponse
 from inference_agent.serving.version_lookup import VersionLookup
 from loraplane.naming import DEFAULT_ALIAS
 
@@ -99,21 +100,27 @@ class Proxy:
         return await self._generate(request, "/v1/chat/completions")
 
     async def _generate(self, request: Request, path: str) -> Response:
+        # Only reached if the front door is bypassed: it serves these paths itself.
+        return await self.generate(request.headers, await request.body(), path)
+
+    async def generate(self, headers: Mapping[str, str], raw: bytes, path: str) -> Response:
+        """Serve a generation request (``raw`` its body) and return what to answer."""
         call = ProxyCall(self.metrics)
         try:
-            return await self._serve(request, path, call)
+            return await self._serve(headers, raw, path, call)
         except BaseException:
             # Cancelled or a bug: the lease must not outlive the request either way.
             call.done(500, "internal")
             raise
 
-    async def _serve(self, request: Request, path: str, call: ProxyCall) -> Response:
+    async def _serve(self, headers: Mapping[str, str], raw: bytes, path: str,
+                     call: ProxyCall) -> Response:
         if self.draining():
             return _refuse(call, shutting_down())
-        tenant = self.keys.tenant_for(request.headers.get("authorization"))
+        tenant = self.keys.tenant_for(headers.get("authorization"))
         if isinstance(tenant, ProxyError):
             return _refuse(call, tenant)
-        parsed = parse_body(await request.body())
+        parsed = parse_body(raw)
         if isinstance(parsed, ProxyError):
             return _refuse(call, parsed)
         body, exact = parsed
@@ -121,7 +128,7 @@ class Proxy:
         if model is not None and not isinstance(model, str):
             return _refuse(call, bad_request("`model` must be a string", param="model"))
         try:
-            target = await self._route(model, request.headers, tenant, call)
+            target = await self._route(model, headers, tenant, call)
             if target.ref is not None:
                 await self.cache.ensure_active(target.ref)
         except AgentError as exc:
@@ -130,7 +137,7 @@ class Proxy:
         payload = encode_body(body, exact)
         if isinstance(payload, ProxyError):
             return _refuse(call, payload)
-        return await self._forward(path, payload, request.headers, target, call)
+        return await self._forward(path, payload, headers, target, call)
 
     async def _route(self, model: str | None, headers: Mapping[str, str], tenant: str,
                      call: ProxyCall) -> Target:
@@ -149,7 +156,7 @@ class Proxy:
                        call: ProxyCall) -> Response:
         headers = _passthrough(client_headers)
         upstream = await self.upstream.post(path, payload, headers)
-        if (isinstance(upstream, aiohttp.ClientResponse) and upstream.status == 404
+        if (isinstance(upstream, UpstreamResponse) and upstream.status == 404
                 and target.ref is not None):
             # vLLM lost a version the cache believes loaded (vLLM restarted, or someone
             # unloaded it by hand). Load it again and try once more rather than fail
@@ -167,17 +174,18 @@ class Proxy:
             return _refuse(call, upstream)
         return await self._pass_back(upstream, call)
 
-    async def _pass_back(self, upstream: aiohttp.ClientResponse, call: ProxyCall
+    async def _pass_back(self, upstream: UpstreamResponse, call: ProxyCall
                          ) -> Response:
         headers = {**call.headers(), **_passthrough(upstream.headers)}
         success = 200 <= upstream.status < 300
         if success and _is_event_stream(upstream):
             return UpstreamStream(upstream, headers, call.done, call.chunk)
         try:
-            # read() closes the connection itself if it fails or is cancelled.
             content = await upstream.read()
         except UPSTREAM_ERRORS as exc:
             return _refuse(call, upstream_error(exc))
+        finally:
+            upstream.close()  # after a whole answer, gives the connection back
         call.body(content)
         call.done(upstream.status, None if success else f"vllm_{upstream.status}")
         return Response(content, status_code=upstream.status, headers=headers,
@@ -251,7 +259,7 @@ def _refuse(call: ProxyCall, error: ProxyError) -> Response:
     return error.response(call.headers())
 
 
-def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
+def _is_event_stream(response: UpstreamResponse) -> bool:
     return response.headers.get("content-type", "").startswith("text/event-stream")
 
 
@@ -275,7 +283,7 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                      upstream: Upstream | None = None,
                      request_timeout_s: float = 600.0,
                      model_server: Callable[[], Awaitable[bytes]] | None = None
-                     ) -> Starlette:
+                     ) -> FrontDoor:
     """The front door app. ``app.state.inflight`` counts proxied requests for shutdown.
 
     ``upstream`` is the client to vLLM; without one the app makes its own (bounded by
@@ -315,4 +323,5 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
     )
     app.state.inflight = inflight
     app.state.proxy = proxy
-    return app
+    return FrontDoor(app, proxy.generate, inflight)
+

@@ -108,8 +108,14 @@ class RouteTable:
 
     def adapters(self, tenant: str | None = None) -> set[str]:
         """Adapters with at least one alias pointing somewhere (of ``tenant``, if given)."""
-        return {adapter for adapter in self._aliases if self.aliases(adapter)
-                and (tenant is None or self._owners.get(adapter) == tenant)}
+        return {adapter for adapter in self._aliases if self.serves(adapter, tenant)}
+
+    def serves(self, adapter: str, tenant: str | None = None) -> bool:
+        """Whether ``adapter`` has an alias pointing somewhere (and is ``tenant``'s).
+        One adapter's aliases, not every adapter's: asked on every request."""
+        if tenant is not None and self._owners.get(adapter) != tenant:
+            return False
+        return any(ref is not None for _revision, ref in self._aliases.get(adapter, {}).values())
 
     # owners
 
@@ -172,7 +178,7 @@ class RouteTable:
         if parsed is None:
             raise NotServable(f"the model {model!r} does not exist",
                               detail={"model": model})
-        if parsed.adapter not in self.adapters(tenant):
+        if not self.serves(parsed.adapter, tenant):
             raise NotServable(f"the adapter {parsed.adapter!r} is not served here",
                               detail={"model": model, "adapter": parsed.adapter})
         if parsed.version is not None:

@@ -12,12 +12,12 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 
-import aiohttp
 import anyio
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inference_agent.serving.upstream import UPSTREAM_ERRORS
+from inference_agent.serving.upstream_http import UpstreamResponse
 
 # Called once when a passed-back stream ends: (status sent, error reason or None).
 StreamDone = Callable[[int, str | None], None]
@@ -84,9 +84,9 @@ def stream_error_event(message: str, code: str) -> bytes:
 
 
 class UpstreamStream(Response):
-    """Passes an open aiohttp streaming response to the client chunk by chunk."""
+    """Passes an open streaming answer of vLLM's to the client chunk by chunk."""
 
-    def __init__(self, upstream: aiohttp.ClientResponse, headers: Mapping[str, str],
+    def __init__(self, upstream: UpstreamResponse, headers: Mapping[str, str],
                  on_done: StreamDone, on_chunk: StreamChunk | None = None) -> None:
         self.upstream = upstream
         self.status_code = upstream.status
@@ -131,7 +131,7 @@ class UpstreamStream(Response):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         try:
-            async for chunk in self.upstream.content.iter_any():
+            async for chunk in self.upstream.iter_chunks():
                 if self._on_chunk is not None:
                     self._on_chunk(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -14,6 +14,7 @@ def test_the_client_benchmark_times_every_kind_in_every_round(tmp_path: Path) ->
     assert set(document["us_per_request"]) == set(KINDS)
     assert all(len(v) == 2 and min(v) > 0 for v in document["us_per_request"].values())
     assert set(document["httpx_over_aiohttp"]) == {"POST", "streamed GET"}
+    assert document["aiohttp_over_proxy_client"] > 0
     # The agent's clients depend on it (tests/agent/test_httpx_per_request.py).
     assert document["sniffio_installed"] is True
     assert len(document["commit"]) == 40 and (tmp_path / "out.json").is_file()

@@ -169,3 +169,18 @@ def test_rules_resolve_within_the_requests_tenant_only(table: RouteTable) -> Non
     table.set_rules([rule("default", "default", "other")])
     with pytest.raises(NotServable):
         table.resolve(None, {}, TENANT)
+
+
+def test_an_adapter_with_every_alias_removed_is_not_served(table: RouteTable) -> None:
+    """``serves`` (asked per request, one adapter's aliases) agrees with ``adapters``
+    (every adapter's), removals and other tenants included."""
+    table.set_owner("other", "globex")
+    table.set_alias("other", "live", 1, ref("other", 2))
+    table.set_alias("sum", "live", 2, None)
+    for tenant in (TENANT, "globex", None):
+        assert {a for a in ("bot", "sum", "other", "nobody")
+                if table.serves(a, tenant)} == table.adapters(tenant)
+    for model in ("sum", "sum@1", "sum@live"):
+        with pytest.raises(NotServable) as refused:
+            table.resolve(model, {}, TENANT)
+        assert refused.value.message == "the adapter 'sum' is not served here"

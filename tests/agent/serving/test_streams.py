@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -18,6 +17,8 @@ from starlette.routing import Route
 from starlette.types import Message
 
 from inference_agent.serving.streams import Inflight, UpstreamStream
+from inference_agent.serving.upstream import Upstream
+from inference_agent.serving.upstream_http import UpstreamResponse
 from tests.agent.loop_support import one_loop_turn
 from tests.agent.proxy_harness import serve_asgi
 
@@ -38,7 +39,7 @@ async def _events(request: Request) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-UPSTREAM = Starlette(routes=[Route("/events", _events)])
+UPSTREAM = Starlette(routes=[Route("/events", _events, methods=["POST"])])
 
 
 class Recorder:
@@ -63,13 +64,19 @@ class Recorder:
         return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
 
 
-async def pass_back(query: str, recorder: Recorder) -> aiohttp.ClientResponse:
-    async with serve_asgi(UPSTREAM) as url, aiohttp.ClientSession() as client:
-        upstream = await client.get(f"{url}/events{query}")
-        response = UpstreamStream(upstream, {"X-Loraplane-Adapter": "a@1"}, recorder.on_done)
-        await response({"type": "http", "asgi": {"spec_version": "2.4"}},
-                       recorder.receive, recorder.send)
-        return upstream
+async def pass_back(query: str, recorder: Recorder) -> UpstreamResponse:
+    async with serve_asgi(UPSTREAM) as url:
+        client = Upstream(url, request_timeout_s=30, connect_timeout_s=5)
+        try:
+            upstream = await client.post(f"/events{query}", b"{}", {})
+            assert isinstance(upstream, UpstreamResponse), upstream
+            response = UpstreamStream(upstream, {"X-Loraplane-Adapter": "a@1"},
+                                      recorder.on_done)
+            await response({"type": "http", "asgi": {"spec_version": "2.4"}},
+                           recorder.receive, recorder.send)
+            return upstream
+        finally:
+            await client.aclose()
 
 
 async def test_a_whole_stream_is_passed_back_and_ends_once() -> None:
