@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import REPO
-from bench.upload_throughput import py_spy, py_spy_binary, summarize_profile
+from bench.fanout_profile import inclusive
+from bench.upload_throughput import py_spy, py_spy_binary
 from devharness.processes import loraplane_command
 from devharness.testbed import AgentProcess, AgentSpec
 from loraplane.process import ChildProcess
@@ -68,8 +69,12 @@ def profile_agent(pid: int, output: Path) -> Iterator[None]:
         raise RuntimeError(f"--py-spy needs {py_spy_binary()}: .venv/bin/pip install py-spy")
     with py_spy(pid, output):
         yield
-    summary = summarize_profile(output, top=25)
-    print(f"py-spy of the agent, {summary['samples']} samples; inclusive share by function:",
-          file=sys.stderr)
-    for name, share in summary["inclusive_pct"]:
-        print(f"  {share:5.1f}%  {name}", file=sys.stderr)
+    print(profile_summary(output), file=sys.stderr)
+
+
+def profile_summary(output: Path, top: int = 25) -> str:
+    """The busy samples of a raw py-spy profile and each function's inclusive share."""
+    summary = inclusive([output], top=top)
+    lines = [f"py-spy of the agent, {summary['samples']} samples; inclusive share by function:"]
+    lines += [f"  {share:5.1f}%  {name}" for name, share in summary["inclusive_pct"]]
+    return "\n".join(lines)
