@@ -43,6 +43,7 @@ def inclusive(paths: Sequence[Path], top: int = 30) -> dict[str, Any]:
             total += count
             for frame in set(stack.split(";")[1:]):  # [0] is the thread
                 by_function[frame] = by_function.get(frame, 0) + count
-    ranked = sorted(by_function.items(), key=lambda kv: -kv[1])[:top]
+    # Ties by name: the frames of a stack are counted from a set, in no fixed order.
+    ranked = sorted(by_function.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return {"agents": len(paths), "samples": total,
             "inclusive_pct": [(name, round(100 * n / max(total, 1), 1)) for name, n in ranked]}
