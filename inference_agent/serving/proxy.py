@@ -185,7 +185,9 @@ class Proxy:
         except UPSTREAM_ERRORS as exc:
             return _refuse(call, upstream_error(exc))
         finally:
-            upstream.close()  # after a whole answer, gives the connection back
+            # A read that failed or was cancelled closes the connection (vLLM aborts);
+            # a whole answer has already given it back, and this does nothing.
+            upstream.close()
         call.body(content)
         call.done(upstream.status, None if success else f"vllm_{upstream.status}")
         return Response(content, status_code=upstream.status, headers=headers,
