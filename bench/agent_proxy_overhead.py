@@ -44,7 +44,15 @@ from typing import Any
 
 import httpx
 
-from bench.agent_setup import ADAPTER, BASE_MODEL, MachineLoad, bench_testbed, wait_served
+from bench.agent_setup import (
+    ADAPTER,
+    BASE_MODEL,
+    MachineLoad,
+    bench_testbed,
+    cpu_list,
+    pin_cpus,
+    wait_served,
+)
 from bench.common import GaugeSampler, cpu_seconds, git_commit, write_json
 from bench.proxy_floor import FloorProxy, floor_proxies
 from bench.proxy_stats import DIRECT, Window, commit_line, render, summarize
@@ -274,6 +282,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
                         help="profile the agent under one more (untimed) short window "
                              "with py-spy (on PyPI) and write its raw stacks to FILE")
+    parser.add_argument("--vllm-cpus", type=cpu_list, default=None, metavar="LIST",
+                        help="keep vLLM (all its processes and threads) on these CPUs, "
+                             "e.g. 1: the proxy with the model's compute off the cores "
+                             "the agent runs on, as on a GPU host")
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -302,6 +314,11 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
            names: Names) -> dict[str, Any]:
     """Measure on a running testbed (host ``a``); the result, rows and windows."""
     commit = git_commit()
+    pinned = None
+    if args.vllm_cpus is not None:
+        pid = testbed.vllms["a"].pid
+        assert pid is not None
+        pinned = pin_cpus(pid, args.vllm_cpus)
     with contextlib.ExitStack() as stack:
         extra = {}
         if args.also_commit is not None:
@@ -316,7 +333,9 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
             windows = asyncio.run(measure(testbed, args, extra, names, floors))
     return {"benchmark": "agent_proxy_overhead", "commit": commit, "machine": load.summary,
             "agent_log_level": args.agent_log_level, "args": {
-                k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                k: str(v) if isinstance(v, Path) else sorted(v) if isinstance(v, set) else v
+                for k, v in vars(args).items()},
+            "vllm_threads_pinned": pinned,
             "rows": summarize(windows),
             "first_failures": [f for w in windows for f in w.failed][:10],
             "windows": [_window_json(w) for w in windows]}
@@ -330,7 +349,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(render(document["rows"]))
-    print(commit_line(document, f"agent log level {args.agent_log_level}"))
+    pinned = "" if args.vllm_cpus is None else \
+        f"; vLLM on CPUs {sorted(args.vllm_cpus)} ({document['vllm_threads_pinned']} threads)"
+    print(commit_line(document, f"agent log level {args.agent_log_level}{pinned}"))
     write_json(document, args.json_out)
     return document
 

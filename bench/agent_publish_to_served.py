@@ -46,6 +46,7 @@ from bench.agent_setup import (
     MachineLoad,
     bench_testbed,
     by_label,
+    cpu_list,
     event_delays,
     events_received,
     flips,
@@ -253,18 +254,6 @@ def attach_marks(pushes: list[Push], events: EventTimes, log_text: str) -> None:
 def render(summary: dict[str, Any]) -> str:
     rows = [[name, *values] for name, values in summary["rows"].items()]
     return table(["part", *COLUMNS], rows)
-
-
-def cpu_list(text: str) -> set[int]:
-    """``--vllm-cpus``: comma-separated CPU numbers this process may use."""
-    try:
-        cpus = {int(part) for part in text.split(",")}
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of CPU numbers: {text!r}") from None
-    if not cpus <= os.sched_getaffinity(0):
-        raise argparse.ArgumentTypeError(
-            f"CPUs {sorted(cpus)} are not all among {sorted(os.sched_getaffinity(0))}")
-    return cpus
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -131,6 +131,18 @@ def pin_cpus(pid: int, cpus: set[int]) -> int:
     return each_thread(pid, lambda tid: os.sched_setaffinity(tid, cpus))
 
 
+def cpu_list(text: str) -> set[int]:
+    """``--vllm-cpus``: comma-separated CPU numbers this process may use."""
+    try:
+        cpus = {int(part) for part in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of CPU numbers: {text!r}") from None
+    if not cpus <= os.sched_getaffinity(0):
+        raise argparse.ArgumentTypeError(
+            f"CPUs {sorted(cpus)} are not all among {sorted(os.sched_getaffinity(0))}")
+    return cpus
+
+
 class NodelayAgentProcess(AgentProcess):
     """An agent run through ``bench/agent_nodelay.py`` (TCP_NODELAY on its listener)."""
 

@@ -169,9 +169,17 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                                      for n, v in per_request.items()}}
     if len(per_request) == 2:
         old = list(per_request)[1]
-        result["ratio_to_" + old] = list(mean_ci([o / n for n, o in zip(
-            per_request["proxy"], per_request[old], strict=True)]))
+        ratios = round_ratios(per_request["proxy"], per_request[old])
+        result["ratio_to_" + old] = list(mean_ci(ratios)) if ratios else None
+        result["rounds_without_ratio"] = args.rounds - len(ratios)
     return result
+
+
+def round_ratios(new: list[float], old: list[float]) -> list[float]:
+    """Old CPU per request over new, round by round. CPU time comes in clock ticks
+    (10 ms): a short round may read 0 for the new proxy and gives no ratio, so it is
+    left out (the caller counts it) rather than divided by."""
+    return [o / n for n, o in zip(new, old, strict=True) if n > 0]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -201,7 +209,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name}: agent CPU ms per request, per round: "
               + " ".join(f"{v:.3f}" for v in values))
     for key, value in result.items():
-        if key.startswith("ratio_to_"):
+        if key.startswith("ratio_to_") and value is None:
+            print(f"{key.removeprefix('ratio_to_')} / proxy: no round long enough to show"
+                  " this checkout's CPU time; run more --requests")
+        elif key.startswith("ratio_to_"):
             print(f"{key.removeprefix('ratio_to_')} / proxy, CPU per request: "
                   f"{value[0]:.2f} ± {value[1]:.2f} (mean ± 95% CI over rounds)")
     print(commit_line(result))

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.agent_publish_to_served import cpu_list
-from bench.agent_setup import descendants, pin_cpus, renice
+from bench.agent_setup import cpu_list, descendants, pin_cpus, renice
 
 
 def niceness(task: Path) -> int:

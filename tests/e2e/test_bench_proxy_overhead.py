@@ -8,6 +8,7 @@ to record (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,10 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
     names = Names(adapter=f"bench-{unique}", customer=f"bench-{unique}")
     args = parse_args(["--rounds", "2", "--window", "0.3", "--long-window", "0.2",
                        "--workloads", "short", "long-prompt", "long-streamed",
-                       "--concurrency", "2", "--also-commit", "HEAD", "--floor-proxies"])
+                       "--concurrency", "2", "--also-commit", "HEAD", "--floor-proxies",
+                       # Every CPU this process may use: the path runs, and the shared
+                       # testbed's vLLM is left as fast as it was for the tests after.
+                       "--vllm-cpus", ",".join(map(str, os.sched_getaffinity(0)))])
     try:
         document = run_on(testbed, args, tmp_path, names)
     finally:
@@ -47,6 +51,8 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
         # The other commit's agent is also compared with the current one, round by round.
         assert (row["current_agent_rps_ratio"] is not None) == ("@" in row["target"]), row
     assert len(document["commit"]["commit"]) == 40
+    # vLLM's API server, engine core and their threads: several, each one pinned.
+    assert document["vllm_threads_pinned"] > 2
     assert document["machine"]["cpus"] and "cpu_busy_share" in document["machine"]
     table = render(rows)
     assert table.count("\n") == len(rows) + 1 and "agent (rule)" in table
