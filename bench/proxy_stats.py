@@ -47,10 +47,17 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, 1.96 * statistics.stdev(values) / math.sqrt(len(values))
 
 
+def process_of(target: str) -> str:
+    """The process a path goes through: "agent (rule)" is the same one as "agent"."""
+    return target.split(" ", maxsplit=1)[0]
+
+
 def idle_cpu_rate(windows: list[Window], agent: str) -> float:
-    """CPU seconds per second ``agent`` spends while requests go elsewhere: its own
-    tasks (vLLM's metrics copied every 0.25 s, credentials, heartbeats)."""
-    others = [w for w in windows if agent in w.agent_cpu_s and w.target != agent]
+    """CPU seconds per second the process ``agent`` spends while requests go to other
+    processes: its own tasks (vLLM's metrics copied every 0.25 s, credentials,
+    heartbeats). A window of another path through the same process is not idle."""
+    others = [w for w in windows
+              if agent in w.agent_cpu_s and process_of(w.target) != agent]
     seconds = sum(w.seconds for w in others)
     return sum(w.agent_cpu_s[agent] for w in others) / seconds if seconds else 0.0
 
@@ -112,8 +119,7 @@ def cell_row(cell: list[Window], agent: str) -> dict[str, Any]:
     # An agent of another commit (--also-commit): the current agent against it.
     current = rps_ratio_rounds(cell, "agent", agent) if "@" in agent else []
     added_p50, added_ci = mean_ci(added)
-    # "agent (rule)" is the same process as "agent".
-    process = agent.split(" ", maxsplit=1)[0]
+    process = process_of(agent)
     idle = idle_cpu_rate(cell, process)
     cpu = sum(w.agent_cpu_s.get(process, 0.0) for w in mine_windows)
     seconds = sum(w.seconds for w in mine_windows)
