@@ -8,6 +8,10 @@ own. The bench sends ``--requests`` sequential 1-token completions for the base 
 through it and reads its CPU time (user + system) from /proc before and after: CPU time
 per request, which the machine's load changes far less than it changes time.
 
+``--upstream-delay-ms MS`` makes the stand-in answer each request MS after it came,
+as vLLM does after its inference: the proxy then idles between a request and its
+answer, as it does in front of vLLM, and pays what waking up costs the machine.
+
 With ``--also-commit REV`` the proxy app of commit REV (``git archive``) is measured in
 the same run, rounds alternating, and the ratio is printed. The base-model path skips
 the adapter cache and the lease; bench/agent_proxy_overhead.py measures those, on vLLM.
@@ -23,7 +27,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 BASE = "tiny-llama"
 TOKEN = "lp_bench-proxy-cpu"
@@ -37,7 +41,10 @@ REQUEST = (b'{"model":"tiny-llama","prompt":"The registry publishes","max_tokens
 
 
 class StandIn(asyncio.Protocol):
-    """Answers each HTTP/1.1 request (with a Content-Length body) with ``_ANSWER``."""
+    """Answers each HTTP/1.1 request (with a Content-Length body) with ``_ANSWER``,
+    ``delay_s`` after it came (vLLM's time for the request; 0: at once)."""
+
+    delay_s: ClassVar[float] = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -55,14 +62,23 @@ class StandIn(asyncio.Protocol):
             if len(rest) < length:
                 return
             self.buffer = rest[length:]
-            self.transport.write(self.answer(head))
+            if self.delay_s > 0:
+                asyncio.get_running_loop().call_later(self.delay_s, self._send,
+                                                      self.answer(head))
+            else:
+                self.transport.write(self.answer(head))
+
+    def _send(self, answer: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(answer)
 
     def answer(self, head: bytes) -> bytes:
         """The whole HTTP response to the request whose head is ``head``."""
         return _ANSWER
 
 
-async def serve_upstream(port: int) -> None:
+async def serve_upstream(port: int, delay_s: float = 0.0) -> None:
+    StandIn.delay_s = delay_s
     server = await asyncio.get_running_loop().create_server(StandIn, "127.0.0.1", port)
     await server.serve_forever()
 
@@ -142,7 +158,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.also_commit is not None:
         commit, folder = archive(args.also_commit, work / "also")
         sources[f"proxy@{commit[:10]}"] = folder
-    processes = [_start(["--serve-upstream", str(upstream_port)], "stand-in", None, work)]
+    processes = [_start(["--serve-upstream", str(upstream_port), "--upstream-delay-ms",
+                         str(args.upstream_delay_ms)], "stand-in", None, work)]
     try:
         urls: dict[str, tuple[str, int]] = {}
         for name, source in sources.items():
@@ -165,6 +182,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             process.stop(10)
     result: dict[str, Any] = {"benchmark": "proxy_cpu", "commit": measured,
                               "machine": load.summary, "requests": args.requests,
+                              "upstream_delay_ms": args.upstream_delay_ms,
                               "cpu_ms_per_request": {n: [x * 1000 for x in v]
                                                      for n, v in per_request.items()}}
     if len(per_request) == 2:
@@ -187,24 +205,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--requests", type=int, default=2000, help="per round (2000)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--also-commit", default=None, metavar="REV")
+    parser.add_argument("--upstream-delay-ms", type=float, default=0.0, metavar="MS",
+                        help="the stand-in answers each request after MS (0: at once), as "
+                             "vLLM does after its inference: the proxy then idles between "
+                             "the request and the answer")
     parser.add_argument("--serve-upstream", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-agent", type=int, nargs=2, default=None,
                         help=argparse.SUPPRESS)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.serve_upstream is not None:
-        asyncio.run(serve_upstream(args.serve_upstream))
+        asyncio.run(serve_upstream(args.serve_upstream, args.upstream_delay_ms / 1000))
         return {}
     if args.serve_agent is not None:
         serve_agent(*args.serve_agent)
         return {}
-    if args.requests < 1 or args.rounds < 1:
-        parser.error("--requests and --rounds must be positive")
+    if args.requests < 1 or args.rounds < 1 or args.upstream_delay_ms < 0:
+        parser.error("--requests and --rounds must be positive, --upstream-delay-ms not "
+                     "negative")
     from bench.common import write_json  # noqa: PLC0415
     from bench.proxy_stats import commit_line  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="lp-bench-proxy-cpu-") as work:
         result = measure(args, Path(work))
+    print(f"the stand-in answered after {result['upstream_delay_ms']} ms")
     for name, values in result["cpu_ms_per_request"].items():
         print(f"{name}: agent CPU ms per request, per round: "
               + " ".join(f"{v:.3f}" for v in values))
