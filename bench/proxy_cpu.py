@@ -27,7 +27,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 BASE = "tiny-llama"
 TOKEN = "lp_bench-proxy-cpu"
@@ -44,7 +44,8 @@ class StandIn(asyncio.Protocol):
     """Answers each HTTP/1.1 request (with a Content-Length body) with ``_ANSWER``,
     ``delay_s`` after it came (vLLM's time for the request; 0: at once)."""
 
-    delay_s: ClassVar[float] = 0.0
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -78,8 +79,8 @@ class StandIn(asyncio.Protocol):
 
 
 async def serve_upstream(port: int, delay_s: float = 0.0) -> None:
-    StandIn.delay_s = delay_s
-    server = await asyncio.get_running_loop().create_server(StandIn, "127.0.0.1", port)
+    server = await asyncio.get_running_loop().create_server(lambda: StandIn(delay_s),
+                                                           "127.0.0.1", port)
     await server.serve_forever()
 
 

@@ -4,6 +4,7 @@ and another commit's, and gives a CPU figure for each; how large is the bench's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -59,3 +60,5 @@ async def test_a_delayed_answer_comes_no_sooner_than_its_delay() -> None:
         writer.close()
     finally:
         server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
