@@ -13,6 +13,7 @@ from loraplane import __version__
 from loraplane.nats_auth import describe_nats
 from registry_service.adapters.routes import router as adapters_router
 from registry_service.agents.fleet import FleetWatcher
+from registry_service.agents.report_writer import ReportWriter
 from registry_service.agents.routes import router as agents_router
 from registry_service.aliases.routes import router as aliases_router
 from registry_service.api.body_limit import BodyLimitMiddleware
@@ -70,8 +71,13 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         fleet = FleetWatcher(db, settings.agent_stale_after_s)
         await fleet.start()
         stack.push_async_callback(fleet.stop)
+        reports = ReportWriter(db, stale_after_s=settings.agent_stale_after_s,
+                               fleet_note=fleet.noted)
+        await reports.start()
+        stack.push_async_callback(reports.stop)
         app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,
-                                        metrics=metrics, embedded_nats=nats, fleet=fleet,
+                                        metrics=metrics, reports=reports,
+                                        embedded_nats=nats, fleet=fleet,
                                         file_linker=linker)
         log.info("registry ready (database %s, blobs %s, nats %s)",
                  db.engine.dialect.name, settings.blob_kind, describe_nats(nats_url, security))

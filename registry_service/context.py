@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from loraplane.embedded_nats import EmbeddedNats
 from registry_service.agents.fleet import FleetWatcher
+from registry_service.agents.report_writer import ReportWriter
 from registry_service.blobs.base import BlobStore
 from registry_service.db.engine import Database
 from registry_service.events.file_links import FileLinker
@@ -22,6 +23,7 @@ class RegistryContext:
     blobs: BlobStore
     relay: EventRelay
     metrics: RegistryMetrics
+    reports: ReportWriter  # agents' status reports, many to a transaction
     embedded_nats: EmbeddedNats | None = None
     fleet: FleetWatcher | None = None
     upload_slots: UploadSlots = field(default_factory=UploadSlots)

@@ -50,14 +50,3 @@ async def get_principal(ctx: CtxDep, token: TokenDep) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
-
-
-async def get_principal_in_session(session: SessionDep, token: TokenDep) -> Principal:
-    # The token read opens the use case's transaction. Only for a use case that needs
-    # no isolation of its own from its first statement (the desired-state read does);
-    # it saves a connection checkout, its pre-ping, a BEGIN and a ROLLBACK, which is
-    # most of what a report costs beyond its write, and every agent reports at every push.
-    return await authenticate(session, token)
-
-
-ReportingPrincipalDep = Annotated[Principal, Depends(get_principal_in_session)]

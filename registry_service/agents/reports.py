@@ -96,6 +96,27 @@ async def _write(session: AsyncSession, agent_id: str, **values: object) -> None
                           .values(**values).execution_options(synchronize_session=False))
 
 
+async def _store_ordinary(session: AsyncSession, status: AgentStatus, now: datetime,
+                          since: datetime) -> datetime | None:
+    """Almost every report: a live agent of the same base model, not leaving, newer than
+    the report stored. Written in one UPDATE, which takes the row's lock as the
+    ``SELECT ... FOR UPDATE`` of the general case would (that statement and its round
+    trip were about 6% of the registry's py-spy samples per report). Its
+    ``first_seen_at``, or None for any other report, which the general case decides."""
+    if status.leaving:
+        return None
+    reported_at = as_utc(status.time)
+    first_seen_at: datetime | None = await session.scalar(
+        update(AgentRow)
+        .where(AgentRow.agent_id == status.agent_id,
+               AgentRow.base_model == status.base_model,
+               AgentRow.last_seen_at >= since, AgentRow.reported_at <= reported_at)
+        .values(last_seen_at=now, status=status.model_dump(mode="json"),
+                reported_at=reported_at)
+        .returning(AgentRow.first_seen_at).execution_options(synchronize_session=False))
+    return first_seen_at
+
+
 async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
                               stale_after_s: float) -> Upserted:
     """Store a report and mark the agent seen now; the caller commits.
@@ -110,6 +131,9 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
         status = status.model_copy(update={"time": now})
     since = now - timedelta(seconds=stale_after_s)
     agent_id = status.agent_id
+    first_seen_at = await _store_ordinary(session, status, now, since)
+    if first_seen_at is not None:
+        return Upserted(Seen(agent_id, status.base_model, first_seen_at, now), True, status)
     stored = await _locked(session, agent_id)
     if stored is None:
         last = _seen_at(status.leaving, now, now, since)

@@ -8,9 +8,10 @@ from loraplane.api.agents import InferenceCredentials
 from loraplane.api.tokens import AGENT_ID_PATTERN
 from loraplane.events import AgentStatus
 from registry_service.agents import service
+from registry_service.agents.ingest import ReportIn
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
 from registry_service.auth import service as auth_service
-from registry_service.deps import CtxDep, PrincipalDep, ReportingPrincipalDep, SessionDep
+from registry_service.deps import CtxDep, PrincipalDep, SessionDep, TokenDep
 
 router = APIRouter(tags=["agents"])
 
@@ -43,12 +44,10 @@ def wants_minimal(prefer: str | None) -> bool:
 
 
 @router.post("/v1/agents/{agent_id}/status", response_model=AgentOut, responses=_MINIMAL)
-async def report_status(agent_id: AgentId, body: AgentStatus, session: SessionDep,
-                        principal: ReportingPrincipalDep, ctx: CtxDep,
+async def report_status(agent_id: AgentId, body: AgentStatus, token: TokenDep, ctx: CtxDep,
                         prefer: Prefer = None) -> AgentOut | Response:
-    stored = await service.report_status(
-        session, principal, agent_id, body, stale_after_s=ctx.settings.agent_stale_after_s,
-        fleet_note=ctx.fleet.noted if ctx.fleet is not None else None)
+    # Authenticated with the report's batch (agents/ingest.py), not a session of its own.
+    stored = await ctx.reports.submit(ReportIn(token, agent_id, body))
     if wants_minimal(prefer):
         return Response(status_code=204, headers={"Preference-Applied": "return=minimal"})
     return stored

@@ -1,23 +1,21 @@
 """The fleet: agents report what they serve; operators read the fleet and rollouts.
 
-An agent's report replaces its previous one. Tenant-scoped readers see every agent
-(hosts are shared) but only the entries about their own tenant's adapters.
+An agent's report replaces its previous one (ingest.py stores it). Tenant-scoped
+readers see every agent (hosts are shared) but only the entries about their own
+tenant's adapters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import NoReturn
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import AgentStatus
 from registry_service.adapters.models import Adapter
-from registry_service.agents.fleet import record_fleet_change
 from registry_service.agents.models import AgentRow
-from registry_service.agents.reports import Seen, upsert_agent_status
+from registry_service.agents.reports import Seen
 from registry_service.agents.rollout import (
     AgentReport,
     AliasTarget,
@@ -29,85 +27,17 @@ from registry_service.agents.rollout import (
 )
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
 from registry_service.aliases.service import aliases_by_adapter
-from registry_service.auth.models import ApiToken
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
-from registry_service.errors import Forbidden, InvalidInput, NotFound
+from registry_service.errors import NotFound
 
 # Agents report every 30 s; three missed reports make an agent stale.
 HEARTBEAT_INTERVAL_S = 30.0
 DEFAULT_STALE_AFTER_S = 3 * HEARTBEAT_INTERVAL_S
-MAX_STATUS_ENTRIES = 10_000
 
 
-def _check_report(agent_id: str, status: AgentStatus) -> None:
-    if status.agent_id != agent_id:
-        raise InvalidInput("agent_id in the body does not match the path",
-                           code="agent_id_mismatch",
-                           detail={"path": agent_id, "body": status.agent_id[:300]})
-    if not 0 < len(status.base_model) <= 255:
-        raise InvalidInput("base_model must be 1-255 characters", code="invalid_base_model")
-    entries = len(status.served) + len(status.failures) + len(status.loaded)
-    if entries > MAX_STATUS_ENTRIES:
-        raise InvalidInput(f"a status may list at most {MAX_STATUS_ENTRIES} entries",
-                           code="status_too_large", detail={"entries": entries})
-
-
-async def _bind_agent_token(session: AsyncSession, principal: Principal,
-                            agent_id: str) -> None:
-    """An agent token reports for one agent: the first id it reports as, if not made for one.
-
-    Admins may report for any agent. The binding is in the caller's transaction, so a
-    refused or failed report binds nothing.
-    """
-    if principal.role is not Role.AGENT or principal.agent_id == agent_id:
-        return  # an admin, or a token bound to this agent already: nothing to write
-    if principal.agent_id is not None:
-        _refuse_binding(agent_id, principal.agent_id)
-    # One conditional UPDATE: of two first reports racing, one binds and the other sees it.
-    await session.execute(
-        update(ApiToken).where(ApiToken.id == principal.token_id, ApiToken.agent_id.is_(None))
-        .values(agent_id=agent_id))
-    bound = await session.scalar(select(ApiToken.agent_id)
-                                 .where(ApiToken.id == principal.token_id))
-    if bound != agent_id:
-        _refuse_binding(agent_id, bound)
-
-
-def _refuse_binding(agent_id: str, bound: str | None) -> NoReturn:
-    raise Forbidden(f"this agent token reports for agent {bound!r} only",
-                    code="agent_id_forbidden",
-                    detail={"agent_id": agent_id, "token_agent_id": bound})
-
-
-FleetNote = Callable[[str, list[str]], None]
-
-
-async def report_status(
-    session: AsyncSession, principal: Principal, agent_id: str, status: AgentStatus, *,
-    stale_after_s: float = DEFAULT_STALE_AFTER_S, fleet_note: FleetNote | None = None,
-) -> AgentOut:
-    """Store the report; a join or a leave of the live fleet records ``fleet_changed``
-    in the same transaction, and ``fleet_note`` hears of it after the commit."""
-    principal.require(Role.AGENT)
-    _check_report(agent_id, status)
-    await _bind_agent_token(session, principal, agent_id)
-    seen, was_live, stored = await upsert_agent_status(session, status,
-                                                       stale_after_s=stale_after_s)
-    changed: list[str] | None = None
-    if was_live == status.leaving:  # joined, or left
-        changed = await live_agent_ids(session, status.base_model, stale_after_s=stale_after_s)
-        record_fleet_change(session, status.base_model, changed,
-                            joined=[] if status.leaving else [agent_id],
-                            left=[agent_id] if status.leaving else [])
-    await session.commit()
-    if changed is not None and fleet_note is not None:
-        fleet_note(status.base_model, changed)
-    return _out(seen, stored, now=utcnow(), stale_after_s=stale_after_s)
-
-
-def _out(row: AgentRow | Seen, status: AgentStatus, *, now: datetime,
-         stale_after_s: float) -> AgentOut:
+def agent_out(row: AgentRow | Seen, status: AgentStatus, *, now: datetime,
+              stale_after_s: float) -> AgentOut:
     age = max(0.0, (now - row.last_seen_at).total_seconds())
     return AgentOut(agent_id=row.agent_id, base_model=row.base_model,
                     first_seen_at=row.first_seen_at, last_seen_at=row.last_seen_at,
@@ -146,7 +76,7 @@ async def list_agents(
     visible = await _visible_adapters(session, principal)
     now = utcnow()
     agents = [
-        _out(row, _filtered(AgentStatus.model_validate(row.status), visible), now=now,
+        agent_out(row, _filtered(AgentStatus.model_validate(row.status), visible), now=now,
              stale_after_s=stale_after_s)
         for row in rows
     ]

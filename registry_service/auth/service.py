@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
@@ -14,7 +15,14 @@ from loraplane.events import CredentialsChanged, TokenIssued, TokenRevoked
 from registry_service.auth.models import ApiToken
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
-from registry_service.errors import BadRequest, Forbidden, InvalidInput, NotFound, Unauthorized
+from registry_service.errors import (
+    BadRequest,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    RegistryError,
+    Unauthorized,
+)
 from registry_service.events.service import envelope, record_audit, record_event
 from registry_service.tenants.models import Tenant
 from registry_service.tenants.service import get_or_create_tenant
@@ -56,6 +64,28 @@ async def authenticate(session: AsyncSession, secret: str | None) -> Principal:
             ApiToken.token_hash == hash_token(secret), ApiToken.revoked_at.is_(None)
         )
     )
+    return _registry_principal(row)
+
+
+async def authenticate_many(session: AsyncSession, secrets: Iterable[str | None]
+                            ) -> dict[str | None, Principal | RegistryError]:
+    """``authenticate`` for many requests in one query: each secret's principal, or the
+    error ``authenticate`` would have raised for it."""
+    wanted = {secret: hash_token(secret) for secret in set(secrets) if secret}
+    rows = await session.scalars(select(ApiToken).where(
+        ApiToken.token_hash.in_(sorted(set(wanted.values()))), ApiToken.revoked_at.is_(None)))
+    by_hash = {row.token_hash: row for row in rows}
+    found: dict[str | None, Principal | RegistryError] = {
+        None: Unauthorized("a bearer token is required", code="missing_token")}
+    for secret, token_hash in wanted.items():
+        try:
+            found[secret] = _registry_principal(by_hash.get(token_hash))
+        except RegistryError as exc:
+            found[secret] = exc
+    return found
+
+
+def _registry_principal(row: ApiToken | None) -> Principal:
     if row is None:
         raise Unauthorized("the token is unknown or revoked", code="invalid_token")
     if row.role == Role.INFERENCE.value:

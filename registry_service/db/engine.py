@@ -13,6 +13,7 @@ from sqlalchemy import event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -84,7 +85,7 @@ def _raised_by_database(exc: BaseException) -> bool:
     return False
 
 
-def _unreachable(exc: Exception) -> Unavailable:
+def unreachable(exc: Exception) -> Unavailable:
     # The driver's text can name hosts and files; it goes to the log, not to the client.
     log.warning("the database cannot be reached: %s", exc)
     return Unavailable("the database cannot be reached", code="database_unavailable",
@@ -137,18 +138,20 @@ class Database:
         return self.engine.dialect.name == "postgresql"
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[AsyncSession]:
+    async def session(self, bind: AsyncConnection | None = None
+                      ) -> AsyncIterator[AsyncSession]:
+        """A session from the pool, or on ``bind``, a connection its caller holds."""
         try:
-            async with self.sessions() as session:
+            async with self.sessions() if bind is None else self.sessions(bind=bind) as session:
                 yield session
         except OperationalError as exc:
-            raise _unreachable(exc) from exc
+            raise unreachable(exc) from exc
         except OSError as exc:
             # The session spans a whole request: an OSError of the request's own work
             # (staging, the local blob store) passes through as it is.
             if not _raised_by_database(exc):
                 raise
-            raise _unreachable(exc) from exc
+            raise unreachable(exc) from exc
         except DBAPIError as exc:
             if exc.connection_invalidated:
                 raise Unavailable("the database connection was lost",

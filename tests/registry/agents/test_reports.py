@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 
 from devharness.registry import blocked_on_a_lock
 from devharness.waiting import eventually
@@ -133,3 +133,40 @@ async def test_a_stored_report_with_any_text_does_not_stop_the_next(db: Database
                                              stale_after_s=STALE_S)
             await session.commit()
         assert versions(done.status) == [version]
+
+
+async def test_an_ordinary_report_is_one_statement_and_a_join_takes_the_general_path(
+        db: Database) -> None:
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "agents" in statement:
+            statements.append(statement.split(None, 1)[0].upper())
+
+    async def upsert(report: AgentStatus) -> Upserted:
+        statements.clear()
+        async with db.session() as session:
+            done = await upsert_agent_status(session, report, stale_after_s=STALE_S)
+            await session.commit()
+        return done
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        joined = await upsert(status("gpu-1", 1, seconds_ago=2))
+        # The short path's UPDATE finds no row; the general path inserts it.
+        assert not joined.was_live and statements == ["UPDATE", "SELECT", "INSERT"]
+        ordinary = await upsert(status("gpu-1", 2, seconds_ago=1))
+        assert statements == ["UPDATE"]
+        assert ordinary.was_live and versions(ordinary.status) == [2]
+        assert ordinary.seen.first_seen_at == joined.seen.first_seen_at
+        assert ordinary.seen.last_seen_at > joined.seen.last_seen_at
+        older = await upsert(status("gpu-1", 1, seconds_ago=30))  # not newer: general path
+        assert statements == ["UPDATE", "SELECT", "UPDATE"]
+        assert versions(older.status) == [2]
+        await upsert(status("gpu-1", 3, leaving=True))
+        assert statements[0] == "SELECT"  # a leave never takes the short path
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", seen)
+    row = await stored(db, "gpu-1")
+    assert versions(row.status) == [3]
+    assert datetime.now(UTC) - row.last_seen_at > timedelta(seconds=STALE_S)
