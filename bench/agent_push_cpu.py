@@ -40,9 +40,9 @@ from loraplane.placement import assignment
 
 async def push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> float:
     """One push, until the agent's report of it is in; its wall time in s."""
-    started = time.perf_counter()
+    started, sent = time.perf_counter(), time.time()
     pushed = await api.push(PUSHED, folder)
-    await reported_by(fleet, fleet.live(), f"{PUSHED}@{pushed.version}")
+    await reported_by(fleet, fleet.live(), f"{PUSHED}@{pushed.version}", sent)
     return time.perf_counter() - started
 
 

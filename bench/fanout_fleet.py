@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import sys
@@ -205,7 +206,9 @@ class Fleet:
                 "registry": [self.registry_pid()],
                 "vllm stand-in": [p for p in (self.standin.process.pid,) if p],
                 "seaweedfs": named("weed"), "nats": named("nats-server"),
-                "postgres": named("postgres")}
+                "postgres": named("postgres"),
+                # This process: watching for the reports, and reading the stand-in.
+                "bench": [os.getpid()]}
 
     def registry_pid(self) -> int:
         pid = self.registry.process.pid

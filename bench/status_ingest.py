@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from bench.agent_setup import MachineLoad
+from bench.agent_setup import MachineLoad, by_label
 from bench.common import git_commit, percentile, record, registry_alone, table
 from bench.fanout_profile import inclusive, profiled
 from bench.sched_probe import cpu_ms
@@ -65,6 +65,15 @@ async def post(client: httpx.AsyncClient, agent_id: str, token: str,
     return time.perf_counter() - started
 
 
+async def batched(client: httpx.AsyncClient) -> tuple[float, float]:
+    """Reports the registry has stored, and the transactions it took (its batches)."""
+    response = await client.get("/metrics")
+    response.raise_for_status()
+    name = "loraplane_registry_report_batch_size"
+    return (sum(by_label(response.text, f"{name}_sum", "").values()),
+            sum(by_label(response.text, f"{name}_count", "").values()))
+
+
 async def rounds(url: str, pid: int, tokens: dict[str, str], args: argparse.Namespace
                  ) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=len(tokens), max_keepalive_connections=len(tokens))
@@ -72,6 +81,7 @@ async def rounds(url: str, pid: int, tokens: dict[str, str], args: argparse.Name
         await asyncio.gather(*(post(client, a, t, status(a, args.adapters, 1))
                                for a, t in tokens.items()))  # the joins
         walls, latencies, cpu = [], [], []
+        batched_before = await batched(client)
         for number in range(2, args.rounds + 2):
             bodies = {a: status(a, args.adapters, number) for a in tokens}
             before, started = cpu_ms(pid), time.perf_counter()
@@ -80,7 +90,10 @@ async def rounds(url: str, pid: int, tokens: dict[str, str], args: argparse.Name
                                                 for a, t in tokens.items()))
             walls.append(time.perf_counter() - started)
             cpu.append((cpu_ms(pid) - before) / len(tokens))
-    return {"round_wall_ms": [round(w * 1000, 1) for w in walls],
+        reports, transactions = (after - before for after, before
+                                 in zip(await batched(client), batched_before, strict=True))
+    return {"reports_per_transaction": round(reports / transactions, 2) if transactions else None,
+            "round_wall_ms": [round(w * 1000, 1) for w in walls],
             "cpu_ms_per_report": [round(c, 2) for c in cpu],
             "report_ms": {f"p{p}": round(percentile(latencies, p) * 1000, 1)
                           for p in (50, 99)}}
@@ -122,10 +135,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result, machine = measure(Path(work), args)
     cpu, walls = result["cpu_ms_per_report"], result["round_wall_ms"]
     print(table(["agents", "adapters", "rounds", "registry CPU ms/report (median)",
-                 "round wall ms (median)", "report p50 ms", "report p99 ms"],
+                 "round wall ms (median)", "report p50 ms", "report p99 ms",
+                 "reports per transaction"],
                 [[args.agents, args.adapters, args.rounds, percentile(cpu, 50),
                   percentile(walls, 50), result["report_ms"]["p50"],
-                  result["report_ms"]["p99"]]]))
+                  result["report_ms"]["p99"], result["reports_per_transaction"]]]))
     if "profile" in result:
         for name, share in result["profile"]["inclusive_pct"]:
             print(f"{share:5.1f}%  {name}")

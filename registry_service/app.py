@@ -72,7 +72,7 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         await fleet.start()
         stack.push_async_callback(fleet.stop)
         reports = ReportWriter(db, stale_after_s=settings.agent_stale_after_s,
-                               fleet_note=fleet.noted)
+                               fleet_note=fleet.noted, on_batch=metrics.report_batch.observe)
         await reports.start()
         stack.push_async_callback(reports.stop)
         app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,

@@ -109,6 +109,11 @@ class RegistryMetrics:
             "loraplane_registry_alias_agents_failed",
             "Fresh agents that report failing the alias's version", labels,
             registry=self.registry)
+        self.report_batch = Histogram(
+            "loraplane_registry_report_batch_size",
+            "Agents' status reports stored in one transaction (those that arrived while "
+            "the batch before was written)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=self.registry)
         self.agent_last_report = Gauge(
             "loraplane_registry_agent_last_report_timestamp_seconds",
             "When each agent last reported its status (Unix time)", ["agent"],

@@ -56,11 +56,14 @@ class ReportWriter(BackgroundTask):
 
     def __init__(self, db: Database, *, stale_after_s: float,
                  fleet_note: FleetNote | None = None, max_batch: int = 256,
-                 max_queued: int = 10_000, grace_s: float = 10.0) -> None:
-        """``fleet_note`` hears of each fleet a batch changed, after its commit."""
+                 max_queued: int = 10_000, grace_s: float = 10.0,
+                 on_batch: Callable[[int], None] | None = None) -> None:
+        """``fleet_note`` hears of each fleet a batch changed, after its commit, and
+        ``on_batch`` of each batch's size."""
         self._db = db
         self.stale_after_s = stale_after_s
         self._fleet_note = fleet_note
+        self._on_batch = on_batch
         self.max_batch = max_batch
         self.max_queued = max_queued
         self.grace_s = grace_s
@@ -171,6 +174,8 @@ class ReportWriter(BackgroundTask):
                                          stale_after_s=self.stale_after_s)
             await session.commit()
         self.batches += 1
+        if self._on_batch is not None:
+            self._on_batch(len(batch))
         if self._fleet_note is not None:
             for base_model, agents in stored.fleets.items():
                 self._fleet_note(base_model, agents)

@@ -48,8 +48,10 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
         cpu = push["window_cpu"]
         groups = cpu["groups"]
         assert set(groups) == {"agents", "registry", "vllm stand-in", "seaweedfs", "nats",
-                               "postgres"}, cpu
+                               "postgres", "bench"}, cpu
         assert groups["agents"]["cpu_ms"] > 0 and groups["registry"]["cpu_ms"] > 0, cpu
+        # The bench watched the reports come in: its own CPU is counted, not hidden.
+        assert groups["bench"]["cpu_ms"] > 0, cpu
         assert 0 < cpu["sent_to_last_report_s"] <= cpu["window_s"], cpu
         assert cpu["machine_busy_s"] > 0 and cpu["cores"] >= 1, cpu
     change = result["fleet_change"]

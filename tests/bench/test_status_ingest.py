@@ -19,4 +19,6 @@ def test_the_status_ingest_benchmark_times_every_round(tmp_path: Path, answer: s
     # The registry handled every report: its CPU moved in each round.
     assert all(ms > 0 for ms in document["cpu_ms_per_report"] + document["round_wall_ms"])
     assert 0 < document["report_ms"]["p50"] <= document["report_ms"]["p99"]
+    # Eight reports stored, in one to eight transactions.
+    assert 1 <= document["reports_per_transaction"] <= 8
     assert len(document["commit"]) == 40 and (tmp_path / "out.json").is_file()

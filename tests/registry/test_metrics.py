@@ -44,6 +44,7 @@ MOVED_BY = {
     "alias_agents_failed": "test_alias_convergence_and_last_reports_follow_the_agents",
     "agent_last_report_timestamp_seconds":
         "test_alias_convergence_and_last_reports_follow_the_agents",
+    "report_batch_size": "test_each_batch_of_reports_is_observed_with_its_size",
 }
 
 

@@ -3,6 +3,7 @@ agents' reports, and when each agent last reported. Part of ``test_metrics.MOVED
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -63,3 +64,16 @@ def test_adapters_past_the_label_limit_are_summed_as_other() -> None:
     series = {s.labels["adapter"] for family in metrics.registry.collect()
               if family.name == expected for s in family.samples}
     assert series == {"a0", "a1", "_other"}
+
+
+async def test_each_batch_of_reports_is_observed_with_its_size(
+    registry: RegistryHarness,
+) -> None:
+    batches = await read(registry, "report_batch_size_count")
+    reports = await read(registry, "report_batch_size_sum")
+    answers = await asyncio.gather(*(post_status(registry, report(f"gpu-{i}"))
+                                     for i in range(6)))
+    assert [a.status_code for a in answers] == [200] * 6
+    # However the six fell into batches, each report is in exactly one.
+    assert await read(registry, "report_batch_size_sum") == reports + 6
+    assert batches + 1 <= await read(registry, "report_batch_size_count") <= batches + 6
