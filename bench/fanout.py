@@ -87,6 +87,8 @@ class PushResult:
     stage_ms: dict[str, float]
     cpu: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] | None = None
+    # The registry's transactions for the window's status reports (its batches).
+    report_transactions: float = 0.0
 
     def row(self) -> dict[str, Any]:
         return {"agents": self.agents, "push_answered_ms": round(self.answered_s * 1000, 1),
@@ -100,6 +102,7 @@ class PushResult:
                 "desired_reads": self.requests.get("GET /v1/desired", 0.0),
                 "file_requests": self.requests.get(FILES_ROUTE, 0.0),
                 "status_reports": self.requests.get(STATUS_ROUTE, 0.0),
+                "report_transactions": self.report_transactions,
                 "agent_file_fetches": self.fetches, "agent_stage_mean_ms": self.stage_ms,
                 "requests": self.requests, "window_cpu": self.cpu,
                 "agent_profile": self.profile}
@@ -181,14 +184,16 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     assert set(loads) == set(agents), f"stand-in saw no load of {name} from some agents"
     requests = _delta(requests_by_route(metrics_after), requests_by_route(metrics_before))
     requests["GET /metrics"] = requests.get("GET /metrics", 1.0) - 1  # the bench's own
-    events = metric(metrics_after, "loraplane_registry_events_published_total") - \
-        metric(metrics_before, "loraplane_registry_events_published_total")
+    events, transactions = (
+        metric(metrics_after, name) - metric(metrics_before, name)
+        for name in ("loraplane_registry_events_published_total",
+                     "loraplane_registry_report_batch_size_count"))
     sums = _delta(await fleet.agent_sums(), sums_before)
     fetches = {k.removeprefix("files "): v for k, v in sums.items() if k.startswith("files ")}
     return PushResult(len(agents), pushed.version, answered,
                       [loads[a] - sent for a in agents],
                       [reported[a] - sent for a in agents], cpu, events, requests, fetches,
-                      stage_means_ms(sums), spent)
+                      stage_means_ms(sums), spent, report_transactions=transactions)
 
 
 class WindowCpu:

@@ -41,6 +41,8 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
         assert push["file_requests"] == 0, push["requests"]
         # ... and reported the whole swap once.
         assert push["status_reports"] == push["agents"], push["requests"]
+        # The registry stored those reports in one to as many transactions.
+        assert 1 <= push["report_transactions"] <= push["status_reports"], push
         # Where each agent's time went: the event's delivery and the swap's stages.
         assert {"event_delay", "fetch", "validate", "load", "flip"} <= \
             set(push["agent_stage_mean_ms"]), push["agent_stage_mean_ms"]
