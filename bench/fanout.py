@@ -185,9 +185,9 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     requests = _delta(requests_by_route(metrics_after), requests_by_route(metrics_before))
     requests["GET /metrics"] = requests.get("GET /metrics", 1.0) - 1  # the bench's own
     events, transactions = (
-        metric(metrics_after, name) - metric(metrics_before, name)
-        for name in ("loraplane_registry_events_published_total",
-                     "loraplane_registry_report_batch_size_count"))
+        metric(metrics_after, series) - metric(metrics_before, series)
+        for series in ("loraplane_registry_events_published_total",
+                       "loraplane_registry_report_batch_size_count"))
     sums = _delta(await fleet.agent_sums(), sums_before)
     fetches = {k.removeprefix("files "): v for k, v in sums.items() if k.startswith("files ")}
     return PushResult(len(agents), pushed.version, answered,

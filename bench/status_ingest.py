@@ -28,10 +28,11 @@ from typing import Any
 
 import httpx
 
-from bench.agent_setup import MachineLoad, by_label
+from bench.agent_setup import MachineLoad
 from bench.common import git_commit, percentile, record, registry_alone, table
 from bench.fanout_profile import inclusive, profiled
 from bench.sched_probe import cpu_ms
+from devharness.testbed import metric
 from loraplane.events import AgentStatus, ServedVersion, TierEntry
 
 BASE = "base"
@@ -70,8 +71,7 @@ async def batched(client: httpx.AsyncClient) -> tuple[float, float]:
     response = await client.get("/metrics")
     response.raise_for_status()
     name = "loraplane_registry_report_batch_size"
-    return (sum(by_label(response.text, f"{name}_sum", "").values()),
-            sum(by_label(response.text, f"{name}_count", "").values()))
+    return metric(response.text, f"{name}_sum"), metric(response.text, f"{name}_count")
 
 
 async def rounds(url: str, pid: int, tokens: dict[str, str], args: argparse.Namespace

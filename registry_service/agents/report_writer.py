@@ -82,6 +82,11 @@ class ReportWriter(BackgroundTask):
         self._open = True
         await super().start()
 
+    @property
+    def queued(self) -> int:
+        """Reports accepted and not yet answered: waiting, or in the batch being written."""
+        return len(self._queue) + len(self._writing)
+
     async def submit(self, report: ReportIn) -> AgentOut:
         """Store ``report`` in the next batch; its stored agent, or its error raised."""
         if not self._open:
@@ -102,7 +107,7 @@ class ReportWriter(BackgroundTask):
                 await self._idle.wait()
         except TimeoutError:
             log.warning("%d status reports not stored after %.0f s; dropping them",
-                        len(self._queue) + len(self._writing), self.grace_s)
+                        self.queued, self.grace_s)
         await super().stop()
         for pending in [*self._writing, *self._queue]:
             _fail(pending, _shutting_down())
