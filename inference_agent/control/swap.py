@@ -136,7 +136,10 @@ class Swapper:
 
     def _drain_done(self, name: str, task: asyncio.Task[None]) -> None:
         if self._drains.get(name) is task:
+            # Ended without its own notice (kept, failed or cancelled): a status report
+            # waiting for the drain must still hear that it is over.
             del self._drains[name]
+            self._notify()
         if not task.cancelled() and task.exception() is not None:
             log.error("drain of %s failed", name, exc_info=task.exception())
 

@@ -133,7 +133,7 @@ class StatusReporter:
                  post: Post, heartbeat_interval_s: float, debounce_s: float = 0.1,
                  retry_s: float = 5.0, disk: DiskTier | None = None,
                  owned: Owned | None = None, settling: Callable[[], bool] | None = None,
-                 settle_max_s: float = 5.0, settle_poll_s: float = 0.25) -> None:
+                 settle_max_s: float = 5.0) -> None:
         self.agent_id = agent_id
         self.base_model = base_model
         self._routes = routes
@@ -148,12 +148,17 @@ class StatusReporter:
         self.retry_s = retry_s
         self._settling = settling
         self.settle_max_s = settle_max_s
-        self.settle_poll_s = settle_poll_s
         self._dirty = asyncio.Event()
         self._last_sent: AgentStatus | None = None
         self._failing = False
         self._leaving = False
+        self._holding = False
         self.posted = 0
+
+    @property
+    def holding(self) -> bool:
+        """A report is being held until a move or an idle drain ends."""
+        return self._holding
 
     def changed(self) -> None:
         """Something the report shows changed: post soon (many changes, one post)."""
@@ -209,14 +214,21 @@ class StatusReporter:
         return self._settling is not None and self._settling()
 
     async def _settle(self) -> None:
-        # A move ending and a drain ending both call ``changed()``: wait for that, with
-        # the deadline as the bound should one not.
+        # A move ending and a drain ending both call ``changed()``, so this sleeps until
+        # one does, with no timer of its own: on a host of a hundred agents each wake-up
+        # is a context switch onto a cold cache. The deadline bounds a wait whose end
+        # was never told. ``_busy`` and ``clear`` run with no await between them, so a
+        # change cannot fall between the check and the wait.
         deadline = time.monotonic() + self.settle_max_s
-        while self._busy() and (left := deadline - time.monotonic()) > 0:
-            self._dirty.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(left, self.settle_poll_s)):
-                    await self._dirty.wait()
+        try:
+            while self._busy() and (left := deadline - time.monotonic()) > 0:
+                self._dirty.clear()
+                self._holding = True
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._dirty.wait()
+        finally:
+            self._holding = False
 
     async def report(self, *, force: bool) -> bool:
         """Post the current status (skipped if unchanged and not forced); False on error."""

@@ -44,7 +44,7 @@ class StatusPoster:
         url = self.config.base_url + call.url
         headers = {**self._headers, **call.headers}
         try:
-            async with self._session.get().post(url, data=status.model_dump_json(),
+            async with self._session.get().post(url, data=call.content,
                                                 headers=headers) as response:
                 if response.status == 204:
                     return

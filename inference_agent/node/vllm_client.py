@@ -4,10 +4,11 @@ Both calls are idempotent the way the reconciler needs them: loading a name vLLM
 already has is success (a name is never reused for other weights, see naming.py), and
 unloading a name vLLM does not know is success.
 
-aiohttp, as the proxy's client to vLLM (``serving/upstream.py``): one of these calls
-cost about 1.5 ms of CPU through httpx against 0.37 ms through aiohttp on these machines,
-and the agent makes two per swap (load, unload) and copies vLLM's metrics four times a
-second.
+The calls go through the proxy's own keep-alive client for vLLM
+(``serving/upstream_http.py``): the agent makes two per swap (load, unload), on every
+agent of a fleet at every push, and copies vLLM's metrics four times a second. One call
+cost about 1.5 ms of CPU through httpx, 0.37 ms through aiohttp and less again through
+this client (``bench/http_client_cpu.py``; ``bench/agent_push_cpu.py`` for a push).
 """
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from inference_agent.errors import VllmRefused, VllmUnavailable
-from inference_agent.lazy_session import LazySession
 from inference_agent.serving.upstream import KEEPALIVE_S, UPSTREAM_ERRORS
+from inference_agent.serving.upstream_http import UpstreamPool
 
 _ALREADY_LOADED = "has already been loaded"
 # Statuses that say "the server (or a proxy in front of it) is not able to answer now",
 # as opposed to an answer about the adapter itself.
 _UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+_JSON = {"Content-Type": "application/json"}
+# Loads of different adapters may run at once (one per work-queue worker); more wait.
+_MAX_CONNECTIONS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +73,14 @@ class VllmClient:
         # are: kept as long as vLLM keeps them, a call could go out on a connection
         # vLLM was closing and fail with "Server disconnected" (bench/fanout.py: an
         # agent's start-up died on it, its vLLM stand-in answering a hundred agents).
-        self._session = LazySession(timeout=aiohttp.ClientTimeout(total=timeout_s),
-                                    keepalive_s=KEEPALIVE_S)
+        self._pool = UpstreamPool(self.base_url, read_timeout_s=timeout_s,
+                                  connect_timeout_s=timeout_s, keepalive_s=KEEPALIVE_S,
+                                  max_connections=_MAX_CONNECTIONS)
 
-    def session(self) -> aiohttp.ClientSession:
-        """Made on first use, inside the running event loop."""
-        return self._session.get()
+    @property
+    def keepalive_s(self) -> float:
+        """How long an idle connection to vLLM is kept for the next call."""
+        return self._pool.keepalive_s
 
     async def wait_ready(self, timeout_s: float, *, poll_s: float = 0.5) -> None:
         """Poll ``GET /v1/models`` until it answers 200; VllmUnavailable after timeout_s."""
@@ -140,16 +144,20 @@ class VllmClient:
         self._raise(response, _error_message(response), f"unloading {name}", name)
 
     async def aclose(self) -> None:
-        await self._session.aclose()
+        await self._pool.aclose()
 
     async def _request(self, method: str, path: str, *, body: Any = None,
                        timeout_s: float | None = None) -> Answer:
-        # Always given: aiohttp takes ``timeout=None`` as no timeout at all.
-        limit = aiohttp.ClientTimeout(total=self._timeout_s if timeout_s is None else timeout_s)
+        # The pool's timeout is between bytes; each call here is bounded in total.
+        content = b"" if body is None else json.dumps(body).encode()
         try:
-            async with self.session().request(method, f"{self.base_url}{path}", json=body,
-                                              timeout=limit) as response:
-                return Answer(response.status, await response.read())
+            async with asyncio.timeout(self._timeout_s if timeout_s is None else timeout_s):
+                response = await self._pool.request(method, path, content,
+                                                    _JSON if body is not None else {})
+                try:
+                    return Answer(response.status, await response.read())
+                finally:
+                    response.close()
         except UPSTREAM_ERRORS as exc:
             kind = "timed out" if isinstance(exc, TimeoutError) else "unreachable"
             raise VllmUnavailable(f"vLLM at {self.base_url} {kind}: "

@@ -286,6 +286,11 @@ class UpstreamPool:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
+    def keepalive_s(self) -> float:
+        """How long an idle connection is kept for reuse."""
+        return self._keepalive_s
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()

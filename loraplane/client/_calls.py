@@ -178,7 +178,8 @@ def send_status(status: AgentStatus) -> Call[None]:
     """``report_status`` with no answer body (RFC 7240 ``Prefer: return=minimal``): the
     registry answers 204, sparing both sides a copy of the whole report."""
     return Call("POST", path("agents", status.agent_id, "status"), nothing,
-                json=status.model_dump(mode="json"), headers={"Prefer": "return=minimal"})
+                content=status.model_dump_json().encode(),
+                headers={"Prefer": "return=minimal", "Content-Type": "application/json"})
 
 
 def inference_credentials() -> Call[InferenceCredentials]:

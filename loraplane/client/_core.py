@@ -69,6 +69,8 @@ class Call(Generic[T]):
     parse: Callable[[Any], T]
     params: dict[str, str | int | float] = field(default_factory=dict)
     json: Any = None
+    # A body already encoded (with its Content-Type among ``headers``); not with json.
+    content: bytes | None = None
     body: MultipartBody | None = None
     upload: bool = False
     headers: dict[str, str] = field(default_factory=dict)

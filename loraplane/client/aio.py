@@ -84,7 +84,7 @@ class AsyncRegistryClient:
 
     async def send(self, call: Call[T]) -> T:
         """Send one call and parse its answer (the shells' one way to the network)."""
-        content = call.body.__aiter__() if call.body is not None else None
+        content = call.body.__aiter__() if call.body is not None else call.content
         headers = call.request_headers()
         timeout = self.config.timeout(call)
         try:

@@ -81,7 +81,7 @@ class RegistryClient:
 
     def send(self, call: Call[T]) -> T:
         """Send one call and parse its answer (the shells' one way to the network)."""
-        content = iter(call.body) if call.body is not None else None
+        content = iter(call.body) if call.body is not None else call.content
         headers = call.request_headers()
         timeout = self.config.timeout(call)
         try:

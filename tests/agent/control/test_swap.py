@@ -195,3 +195,18 @@ async def test_disk_cache_keeps_routed_and_loaded_versions(tmp_path: Path) -> No
     # The folder goes in a worker thread.
     await eventually(lambda: rig.materializer.path_of(rig.ref(1)) is None, what="disk evict")
     assert rig.materializer.path_of(rig.ref(2)) is not None
+
+
+async def test_a_drain_that_keeps_its_version_still_tells_of_its_end(rig: Rig) -> None:
+    # A status report held until the drains end waits for this notice, not a timer.
+    await rig.swapper.apply("bot", "live", 1, rig.ref(1))
+    await rig.cache.ensure_active(rig.ref(1))
+    lease = rig.leases.acquire("bot@1")
+    await rig.swapper.apply("bot", "live", 2, rig.ref(2), "hot")  # bot@1 drains on its lease
+    await rig.swapper.apply("bot", "live", 3, rig.ref(1), "hot")  # back to bot@1
+    await eventually(lambda: rig.swapper.draining() == {"bot@1"}, what="bot@2's drain over")
+    changes = rig.changes
+    lease.release()  # bot@1's drain ends, keeping bot@1: it is routed again
+    await eventually(lambda: not rig.swapper.draining(), what="bot@1's drain over")
+    assert rig.changes == changes + 1
+    assert "bot@1" in rig.vllm.names

@@ -23,9 +23,7 @@ def test_the_agent_drops_idle_connections_before_vllm_does() -> None:
 async def test_the_vllm_client_uses_that_expiry() -> None:
     client = VllmClient("http://vllm.invalid")
     try:
-        connector = client.session().connector
-        assert connector is not None
-        assert connector._keepalive_timeout == KEEPALIVE_S
+        assert client.keepalive_s == KEEPALIVE_S
     finally:
         await client.aclose()
 
