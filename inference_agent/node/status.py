@@ -8,11 +8,12 @@ and, under ``failures``, versions marked bad on this host with the code and reas
 registry that is down never stops the agent: the report is retried later.
 
 One push is one report: a move marks the report dirty as it starts (``loading``), at
-its flip and when the old version's drain unloads it. After the debounce the post is
-held while a move is still under way or an idle drain is unloading (``settling``),
-for at most ``settle_max_s``, so the fleet view learns the outcome in one post
-instead of one per step. A drain waiting for requests in flight does not hold it:
-that report says ``draining``, and the drain's end is reported when it comes.
+its flip and when the old version's drain unloads it. The post is held while a move
+is still under way or an idle drain is unloading (``settling``), for at most
+``settle_max_s``, so the fleet view learns the outcome in one post instead of one per
+step; a change with neither under way waits out the debounce instead. A drain
+waiting for requests in flight does not hold it: that report says ``draining``, and
+the drain's end is reported when it comes.
 """
 
 from __future__ import annotations
@@ -202,8 +203,11 @@ class StatusReporter:
             except TimeoutError:
                 force = True  # a heartbeat (or a retry): post even if nothing changed
                 continue
-            # Let a burst of changes (a swap touches several) settle into one post.
-            await asyncio.sleep(self.debounce_s)
+            # Let a burst of changes (a swap touches several) settle into one post: while
+            # a move or an idle drain is under way, by waiting for their notices; else
+            # by the debounce timer (a wake-up fewer per push when a move comes first).
+            if not self._busy():
+                await asyncio.sleep(self.debounce_s)
             await self._settle()
             force = not ok
 

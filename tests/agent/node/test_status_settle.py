@@ -1,9 +1,12 @@
 """A report held for a move wakes when the move ends, not on a timer: with the deadline
-ten minutes away, only the move's own notice can send the report in time."""
+(and, for a move, the debounce) ten minutes away, only the move's own notice can send
+the report in time."""
 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 
 from devharness.waiting import eventually
 from inference_agent.control.failures import VersionFailure
@@ -32,7 +35,8 @@ class Loaded:
         return list(self.names)
 
 
-async def test_a_held_report_goes_when_the_move_ends() -> None:
+@pytest.mark.parametrize("debounce_s", [0, 600])
+async def test_a_held_report_goes_when_the_move_ends(debounce_s: float) -> None:
     moves, posts = Moves(), list[AgentStatus]()
 
     async def post(status: AgentStatus) -> None:
@@ -42,7 +46,7 @@ async def test_a_held_report_goes_when_the_move_ends() -> None:
     reporter = StatusReporter(agent_id="gpu-1", base_model="tiny-llama", routes=routes,
                               cache=loaded, swapper=FakeSwapper(routes),
                               sources=[moves], post=post, heartbeat_interval_s=600,
-                              debounce_s=0, settle_max_s=600)
+                              debounce_s=debounce_s, settle_max_s=600)
     task = asyncio.create_task(reporter.run())
     try:
         await eventually(lambda: len(posts) == 1, what="the first report")
