@@ -5,17 +5,21 @@ tenth wake refreshes the ``date`` header). An agent is one process per host, but
 host crowded with processes, or the fan-out bench's hundred agents on two cores,
 pays for each wake-up beyond its few microseconds of work: caches cold after the
 switch (bench/agent_push_cpu.py counts an agent's wake-ups per push). Here the loop
-wakes once a second, for the header, and at once when told to exit.
+sleeps until told to exit, and the ``date`` header is made when a response asks for
+it (at most once a second), so an idle agent's server never wakes on a timer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Generator
+import time
+from collections.abc import Callable, Generator
+from email.utils import formatdate
 from typing import Any
 
 import uvicorn
+from uvicorn.server import ServerState
 
 from inference_agent.settings import AgentSettings
 
@@ -26,10 +30,6 @@ SERVER_CLOSE_S = 2
 # an idle one, and never sends a request on a connection the agent is closing, which
 # fails that request (uvicorn's own default is the same 5 s as httpx's).
 KEEP_ALIVE_S = 65
-# How often the main loop wakes when nothing tells it to exit.
-TICK_S = 1.0
-# uvicorn's on_tick refreshes the date header on every tenth of its 0.1 s ticks.
-_TICKS_PER_REFRESH = 10
 
 
 def server_config(app: Any, settings: AgentSettings) -> uvicorn.Config:
@@ -39,13 +39,43 @@ def server_config(app: Any, settings: AgentSettings) -> uvicorn.Config:
                           timeout_keep_alive=KEEP_ALIVE_S)
 
 
+class DatedState(ServerState):
+    """uvicorn's state shared by its connections, whose default headers (``date``, then
+    the configured ones) are made when a response reads them, anew in each second;
+    uvicorn's main loop otherwise refreshes them on a timer."""
+
+    def __init__(self, config: uvicorn.Config, clock: Callable[[], float] = time.time
+                 ) -> None:
+        self._config = config
+        self._clock = clock
+        self._second = -1
+        self._headers: list[tuple[bytes, bytes]] = []
+        super().__init__()
+
+    @property
+    def default_headers(self) -> list[tuple[bytes, bytes]]:
+        second = int(self._clock())
+        if second != self._second:
+            date = ([(b"date", formatdate(second, usegmt=True).encode())]
+                    if self._config.date_header else [])
+            self._headers = date + self._config.encoded_headers
+            self._second = second
+        return self._headers
+
+    @default_headers.setter
+    def default_headers(self, _value: list[tuple[bytes, bytes]]) -> None:
+        """uvicorn's own refresh (``on_tick``), and its first empty list: made above."""
+
+
 class QuietServer(uvicorn.Server):
     """uvicorn without its signal handlers (the agent owns the signals and the order),
-    whose main loop sleeps a second at a time and wakes when ``should_exit`` is set."""
+    whose main loop sleeps until ``should_exit`` is set."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config,
+                 clock: Callable[[], float] = time.time) -> None:
         self._exit = asyncio.Event()
         super().__init__(config)
+        self.server_state = DatedState(config, clock)
 
     @property
     def should_exit(self) -> bool:
@@ -63,13 +93,8 @@ class QuietServer(uvicorn.Server):
         yield
 
     async def main_loop(self) -> None:
-        counter = 0
-        should_exit = await self.on_tick(counter)
-        while not should_exit:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(TICK_S):
-                    await self._exit.wait()
-            # A multiple of ten: every tick refreshes the date header, as uvicorn's
-            # tenth tick does; the counter wraps as uvicorn's does.
-            counter = (counter + _TICKS_PER_REFRESH) % 864000
-            should_exit = await self.on_tick(counter)
+        if self.config.limit_max_requests is not None or self.config.callback_notify:
+            # Those are checked on uvicorn's ticks; the agent sets neither.
+            await super().main_loop()
+            return
+        await self._exit.wait()

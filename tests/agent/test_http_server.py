@@ -1,19 +1,21 @@
-"""The agent's uvicorn server: a main loop that wakes once a tick, or when told to stop."""
+"""The agent's uvicorn server: a main loop that sleeps until told to stop, and a date
+header made when a response asks for it rather than on a timer."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 import uvicorn
 
-from devharness.waiting import eventually
-from inference_agent import http_server
 from inference_agent.http_server import QuietServer
 from loraplane.netutil import free_port
 from tests.agent.loop_support import running
+
+# 2001-09-09 01:46:40 UTC
+EPOCH_1E9 = 1_000_000_000.0
 
 
 async def _ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -22,14 +24,13 @@ async def _ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def _server(port: int) -> QuietServer:
-    return QuietServer(uvicorn.Config(_ok, host="127.0.0.1", port=port,
-                                      log_level="warning", lifespan="off"))
+def _server(port: int, clock: Callable[[], float] | None = None) -> QuietServer:
+    config = uvicorn.Config(_ok, host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="off", headers=[("server-id", "agent-1")])
+    return QuietServer(config) if clock is None else QuietServer(config, clock)
 
 
-async def test_it_stops_when_told_without_waiting_for_a_tick(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_server, "TICK_S", 3600.0)  # only the stop can end the wait
+async def test_it_stops_when_told() -> None:
     port = free_port()
     server = _server(port)
     async with running(server) as task:
@@ -38,22 +39,18 @@ async def test_it_stops_when_told_without_waiting_for_a_tick(
         assert response.status_code == 200 and response.headers.get("date")
         assert not server.should_exit
         server.should_exit = True
-        await asyncio.wait_for(task, 60)  # an hour's tick would fail this
+        await asyncio.wait_for(task, 60)  # nothing but the stop ends the main loop
     assert task.done() and task.exception() is None
 
 
-async def test_every_tick_refreshes_the_date_header(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_server, "TICK_S", 0.01)
-    server = _server(free_port())
-    counters: list[int] = []
-    real = server.on_tick
-
-    async def counted(counter: int) -> bool:
-        counters.append(counter)
-        return await real(counter)
-
-    monkeypatch.setattr(server, "on_tick", counted)
-    async with running(server):
-        await eventually(lambda: len(counters) >= 4, timeout_s=60, what="four ticks")
-    # uvicorn refreshes its date header when the counter is a multiple of ten.
-    assert all(c % 10 == 0 for c in counters) and len(set(counters)) == len(counters)
+async def test_the_date_header_follows_the_clock_without_a_tick() -> None:
+    now = [EPOCH_1E9]
+    port = free_port()
+    async with running(_server(port, clock=lambda: now[0])), httpx.AsyncClient() as client:
+        first = await client.get(f"http://127.0.0.1:{port}/")
+        now[0] += 5.5  # no tick runs: only the response can read the new time
+        second = await client.get(f"http://127.0.0.1:{port}/")
+    assert first.headers["date"] == "Sun, 09 Sep 2001 01:46:40 GMT"
+    assert second.headers["date"] == "Sun, 09 Sep 2001 01:46:45 GMT"
+    # The configured headers are still sent beside it, as uvicorn's tick made them.
+    assert first.headers["server-id"] == second.headers["server-id"] == "agent-1"
