@@ -67,9 +67,9 @@ class AgentSettings(BaseSettings, NatsSettings):
     # How long a status report waits for a move or an idle drain under way, so that one
     # push is one report (see node/status.py); the fleet view lags by at most this.
     status_settle_max_s: float = Field(default=5.0, ge=0, le=600)
-    # How long a change waits for more before its report goes out. Short: the settle
-    # above already holds the report through a move, so this only gathers changes that
-    # come together (it was 0.5 s, most of the time from loaded to reported).
+    # How long a change with no move under way waits for more before its report goes
+    # out: the settle above holds the report through a move (a move's report skips
+    # this), so this only gathers other changes that come together.
     status_debounce_s: float = Field(default=0.1, ge=0, le=60)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     vllm_ready_timeout_s: float = Field(default=600.0, gt=0)
