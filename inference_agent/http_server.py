@@ -93,8 +93,6 @@ class QuietServer(uvicorn.Server):
         yield
 
     async def main_loop(self) -> None:
-        if self.config.limit_max_requests is not None or self.config.callback_notify:
-            # Those are checked on uvicorn's ticks; the agent sets neither.
-            await super().main_loop()
-            return
+        # uvicorn's ticks also check limit_max_requests and call callback_notify, which
+        # server_config sets neither of.
         await self._exit.wait()

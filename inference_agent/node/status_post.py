@@ -33,7 +33,6 @@ class StatusPoster:
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self._headers = {**config.headers, "Content-Type": "application/json"}
         timeout = aiohttp.ClientTimeout(total=config.timeout_s)
         # Below the registry's own keep-alive (registry_service/server.py), as httpx's.
         self._session = LazySession(timeout=timeout, keepalive_s=KEEPALIVE_EXPIRY_S)
@@ -42,7 +41,7 @@ class StatusPoster:
         """Store ``status``; the RegistryError its answer (or no answer) maps to."""
         call = api.send_status(status)
         url = self.config.base_url + call.url
-        headers = {**self._headers, **call.headers}
+        headers = {**self.config.headers, **call.headers}
         try:
             async with self._session.get().post(url, data=call.content,
                                                 headers=headers) as response:

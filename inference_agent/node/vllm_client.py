@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from inference_agent.errors import VllmRefused, VllmUnavailable
-from inference_agent.serving.upstream import KEEPALIVE_S, UPSTREAM_ERRORS
+from inference_agent.serving.upstream import JSON_HEADERS, KEEPALIVE_S, UPSTREAM_ERRORS
 from inference_agent.serving.upstream_http import UpstreamPool
 
 _ALREADY_LOADED = "has already been loaded"
 # Statuses that say "the server (or a proxy in front of it) is not able to answer now",
 # as opposed to an answer about the adapter itself.
 _UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-_JSON = {"Content-Type": "application/json"}
 # Loads of different adapters may run at once (one per work-queue worker); more wait.
 _MAX_CONNECTIONS = 16
 
@@ -154,7 +153,7 @@ class VllmClient:
         try:
             async with asyncio.timeout(self._timeout_s if timeout_s is None else timeout_s):
                 response = await self._pool.request(method, path, content,
-                                                    _JSON if body is not None else {})
+                                                    JSON_HEADERS if body is not None else {})
                 try:
                     return Answer(response.status, await response.read())
                 finally:

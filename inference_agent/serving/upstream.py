@@ -26,7 +26,7 @@ UPSTREAM_ERRORS = (OSError, TimeoutError)
 # longer here may be reused just as vLLM closes it. The pool retries a request once when
 # that happens before any answer came back; keeping connections 3 s makes it rare.
 KEEPALIVE_S = 3.0
-_JSON = {"Content-Type": "application/json"}
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def upstream_error(exc: BaseException) -> ProxyError:
@@ -55,7 +55,7 @@ class Upstream:
         """Send ``body`` (JSON) and return once vLLM's headers are in; the caller reads
         the body and must close the response."""
         try:
-            return await self._pool.request("POST", path, body, {**_JSON, **headers})
+            return await self._pool.request("POST", path, body, {**JSON_HEADERS, **headers})
         except UPSTREAM_ERRORS as exc:
             return upstream_error(exc)
 
