@@ -9,9 +9,10 @@ back to store the next one: its time is kept in a column of its own
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from loraplane.events import AgentStatus
 from registry_service.agents.models import AgentRow
 from registry_service.db.base import as_utc, utcnow
+from registry_service.db.engine import JsonText
 
 _TIME = TypeAdapter(datetime)
 
@@ -42,6 +44,15 @@ class _Stored(NamedTuple):
     first_seen_at: datetime
     last_seen_at: datetime
     reported_at: datetime  # the stored report's own time
+
+
+def _as_json(status: AgentStatus) -> JsonText | dict[str, Any]:
+    try:
+        return JsonText(status.model_dump_json())
+    except PydanticSerializationError:
+        # Text that is not Unicode (a lone surrogate, which only a report that came
+        # some other way than JSON can hold): the JSON column's writer escapes it.
+        return status.model_dump(mode="json")
 
 
 async def _locked(session: AsyncSession, agent_id: str) -> _Stored | None:
@@ -111,8 +122,7 @@ async def _store_ordinary(session: AsyncSession, status: AgentStatus, now: datet
         .where(AgentRow.agent_id == status.agent_id,
                AgentRow.base_model == status.base_model,
                AgentRow.last_seen_at >= since, AgentRow.reported_at <= reported_at)
-        .values(last_seen_at=now, status=status.model_dump(mode="json"),
-                reported_at=reported_at)
+        .values(last_seen_at=now, status=_as_json(status), reported_at=reported_at)
         .returning(AgentRow.first_seen_at).execution_options(synchronize_session=False))
     return first_seen_at
 
@@ -147,7 +157,7 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
     last = _seen_at(status.leaving, stored.last_seen_at, now, since)
     if _newer_than_stored(stored, status, now):
         await _write(session, agent_id, last_seen_at=last, base_model=status.base_model,
-                     status=status.model_dump(mode="json"), reported_at=as_utc(status.time))
+                     status=_as_json(status), reported_at=as_utc(status.time))
         return Upserted(Seen(agent_id, status.base_model, stored.first_seen_at, last),
                         was_live, status)
     held = await session.scalar(

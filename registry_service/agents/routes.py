@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
 
 from loraplane.api.agents import InferenceCredentials
 from loraplane.api.tokens import AGENT_ID_PATTERN
@@ -10,6 +10,7 @@ from loraplane.events import AgentStatus
 from registry_service.agents import service
 from registry_service.agents.ingest import ReportIn
 from registry_service.agents.schemas import AgentList, AgentOut, RolloutOut
+from registry_service.api.json_body import json_body, openapi_body
 from registry_service.auth import service as auth_service
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep, TokenDep
 
@@ -43,8 +44,13 @@ def wants_minimal(prefer: str | None) -> bool:
                for item in (prefer or "").split(","))
 
 
-@router.post("/v1/agents/{agent_id}/status", response_model=AgentOut, responses=_MINIMAL)
-async def report_status(agent_id: AgentId, body: AgentStatus, token: TokenDep, ctx: CtxDep,
+# Parsed from the bytes by pydantic-core: every agent sends one at every push.
+StatusBody = Annotated[AgentStatus, Depends(json_body(AgentStatus))]
+
+
+@router.post("/v1/agents/{agent_id}/status", response_model=AgentOut, responses=_MINIMAL,
+             openapi_extra=openapi_body(AgentStatus))
+async def report_status(agent_id: AgentId, body: StatusBody, token: TokenDep, ctx: CtxDep,
                         prefer: Prefer = None) -> AgentOut | Response:
     # Authenticated with the report's batch (agents/ingest.py), not a session of its own.
     stored = await ctx.reports.submit(ReportIn(token, agent_id, body))

@@ -43,12 +43,20 @@ def _sqlite_begin_immediate(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+class JsonText(str):
+    """A JSON column's value already written as JSON (``model_dump_json``): stored as it
+    is. An agent's report is a model; dumping it to Python objects only for them to be
+    written again cost the registry twice pydantic-core's own writer."""
+
+
 def json_dumps(value: Any) -> str:
     """JSON columns' serializer: orjson, which wrote an agent's report (a few hundred
     entries) seven times faster than the standard library. Keys that are not strings
     become strings, as the standard library made them; what orjson refuses (an integer
     over 64 bits, which a request may carry) is written by the standard library. Reading
     stays with the standard library: orjson reads such an integer as a float."""
+    if isinstance(value, JsonText):
+        return str(value)
     try:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:  # orjson.JSONEncodeError
