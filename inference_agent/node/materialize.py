@@ -22,6 +22,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,9 @@ class Materializer:
         # on the event loop only.
         self._bytes: int | None = None
         self._walked = 0.0
+        # on_disk's answer, kept up to date by the folders built here and dropped when
+        # an eviction may have removed some (None: listed again at the next call).
+        self._listed: set[tuple[str, int]] | None = None
         cache_dir.mkdir(parents=True, exist_ok=True)
         # Leftovers of a crash mid-fetch: never complete, never referenced.
         shutil.rmtree(cache_dir / STAGING, ignore_errors=True)
@@ -128,10 +132,19 @@ class Materializer:
     def folder_for(self, ref: VersionRef) -> Path:
         return self.cache_dir / ref.adapter / folder_name(ref)
 
-    def on_disk(self) -> set[tuple[str, int]]:
-        """(adapter, version) of every folder on disk: the warm tier (and the hot)."""
-        # Names only, no sizes: the status report reads this on every build, on every
-        # agent at every push. scandir's entries know their type from the directory
+    def on_disk(self) -> AbstractSet[tuple[str, int]]:
+        """(adapter, version) of every folder on disk: the warm tier (and the hot).
+
+        The status report reads this on every build, on every agent at every push: the
+        folders are listed once, then the list follows the folders built here, and is
+        listed again after each eviction, which also runs every ``RECOUNT_S`` at most
+        (a folder removed by hand shows until then)."""
+        if self._listed is None:
+            self._listed = self._list_folders()
+        return self._listed
+
+    def _list_folders(self) -> set[tuple[str, int]]:
+        # Names only, no sizes. scandir's entries know their type from the directory
         # listing, where Path.is_dir made a stat call per folder: three times the CPU
         # for a hundred adapters on disk.
         found: set[tuple[str, int]] = set()
@@ -207,6 +220,8 @@ class Materializer:
                     await asyncio.to_thread(self._check, ref, staging, written)
             _rename_into_place(staging, final)
             os.utime(final)
+            if self._listed is not None:
+                self._listed.add((ref.adapter, ref.version))
             if self._bytes is not None:
                 self._bytes += sum(f.size for f in ref.files)
         except BaseException as exc:
@@ -292,7 +307,10 @@ class Materializer:
             return
         busy = set(self._locks)
         self._walked = time.monotonic()
-        self._bytes = await asyncio.to_thread(self._evict, keep, busy)
+        try:
+            self._bytes = await asyncio.to_thread(self._evict, keep, busy)
+        finally:
+            self._listed = None
 
     def _evict(self, keep: set[str], busy: set[Path]) -> int:
         """Evict down to ``max_bytes``; the bytes left on disk."""

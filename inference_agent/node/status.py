@@ -23,10 +23,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Protocol
 
 from inference_agent.control.failures import VersionFailure
+from inference_agent.node.interned import served_version, tier_entry
 from inference_agent.serving.routes import RouteTable
 from loraplane.events import AgentStatus, ServedVersion, Tier, TierEntry
 
@@ -45,7 +47,7 @@ class Draining(Protocol):
 
 
 class DiskTier(Protocol):
-    def on_disk(self) -> set[tuple[str, int]]: ...
+    def on_disk(self) -> AbstractSet[tuple[str, int]]: ...
 
 
 class Owned(Protocol):
@@ -54,20 +56,20 @@ class Owned(Protocol):
     def over_capacity(self) -> set[str]: ...
 
 
-def tier_entries(*, routes: RouteTable, loaded: Iterable[str], on_disk: set[tuple[str, int]],
+def tier_entries(*, routes: RouteTable, loaded: Iterable[str],
+                 on_disk: AbstractSet[tuple[str, int]],
                  owned: set[str], over_capacity: set[str] | None = None) -> list[TierEntry]:
     """Every version routed, loaded or on disk here, with its tier: hot (loaded in
     vLLM), warm (on disk), cold (routed but only in the blob store)."""
     hot = {parts for name in loaded if (parts := _split(name)) is not None}
     routed = {(adapter, ref.version) for adapter in routes.adapters()
               for _rev, ref in routes.aliases(adapter).values()}
+    over = over_capacity or set()
     entries: list[TierEntry] = []
     for adapter, version in sorted(hot | routed | on_disk):
         tier: Tier = ("hot" if (adapter, version) in hot
                       else "warm" if (adapter, version) in on_disk else "cold")
-        entries.append(TierEntry(adapter=adapter, version=version, tier=tier,
-                                 owned=adapter in owned,
-                                 over_capacity=adapter in (over_capacity or set())))
+        entries.append(tier_entry(adapter, version, tier, adapter in owned, adapter in over))
     return entries[:MAX_ENTRIES]
 
 
@@ -92,17 +94,14 @@ def build_status(*, agent_id: str, base_model: str, routes: RouteTable,
     served: list[ServedVersion] = []
     for adapter in sorted(routes.adapters()):
         for alias, (_revision, ref) in sorted(routes.aliases(adapter).items()):
-            served.append(ServedVersion(adapter=adapter, alias=alias, version=ref.version,
-                                        state="serving"))
+            served.append(served_version(adapter, alias, ref.version, "serving"))
     for (adapter, alias), version in sorted(pending.items()):
         if version is not None:
-            served.append(ServedVersion(adapter=adapter, alias=alias, version=version,
-                                        state="loading"))
+            served.append(served_version(adapter, alias, version, "loading"))
     for name in sorted(set(draining)):
         parts = _split(name)
         if parts is not None:
-            served.append(ServedVersion(adapter=parts[0], alias=None, version=parts[1],
-                                        state="draining"))
+            served.append(served_version(parts[0], None, parts[1], "draining"))
     bad: list[ServedVersion] = []
     for failure in failures:
         entry = ServedVersion(adapter=failure.adapter, alias=failure.alias,

@@ -9,6 +9,7 @@ from devharness.testbed import metric
 from inference_agent.node.materialize import STAGING, _versions_in
 from inference_agent.node.status import tier_entries
 from inference_agent.serving.routes import RouteTable
+from loraplane.events import TierEntry
 from tests.agent.adapter_refs import adapter_ref
 from tests.agent.node.test_cache import World
 
@@ -61,3 +62,37 @@ def test_the_warm_tier_is_read_from_folder_names_only(tmp_path: Path) -> None:
     (cache / "stray-file").write_text("")
     assert world.materializer.on_disk() == {("bot", 1), ("bot", 12), ("other", 3)}
     assert _versions_in(str(cache / "evicted-meanwhile")) == []
+
+
+async def test_the_warm_tier_follows_builds_and_is_listed_again_after_an_eviction(
+        tmp_path: Path) -> None:
+    """Listed once; a version built here joins the list without a listing; a folder
+    that appears or goes otherwise shows after the next eviction, which lists again."""
+    world = World(tmp_path, capacity=1)
+    materializer, cache = world.materializer, world.materializer.cache_dir
+    (cache / "by-hand" / "1-aa").mkdir(parents=True)
+    assert materializer.on_disk() == {("by-hand", 1)}
+    (cache / "by-hand" / "2-bb").mkdir()  # behind the agent's back: not seen yet
+    await materializer.materialize(world.ref("a"))
+    assert materializer.on_disk() == {("by-hand", 1), ("a", 1)}
+    await materializer.evict_disk(keep=set())  # its first walk: nothing over budget
+    assert materializer.on_disk() == {("by-hand", 1), ("by-hand", 2), ("a", 1)}
+    materializer.max_bytes = 0
+    await materializer.evict_disk(keep={"by-hand@1", "by-hand@2"})
+    assert materializer.on_disk() == {("by-hand", 1), ("by-hand", 2)}
+
+
+def test_a_report_shares_the_entries_an_earlier_one_listed(tmp_path: Path) -> None:
+    routes = RouteTable("tiny-llama")
+    routes.set_alias("bot", "live", 1, adapter_ref(tmp_path, "bot", 3))
+
+    def entries() -> list[object]:
+        return list(tier_entries(routes=routes, loaded=["bot@3"], on_disk={("bot", 2)},
+                                 owned={"bot"}))
+
+    first, second = entries(), entries()
+    assert len(first) == 2 and all(a is b for a, b in zip(first, second, strict=True))
+    routes.set_alias("bot", "live", 2, adapter_ref(tmp_path, "bot", 4))
+    moved = entries()  # bot@4 routed, still cold: one new entry, the others shared
+    assert moved[:2] == first and all(a is b for a, b in zip(moved, first, strict=False))
+    assert moved[2] == TierEntry(adapter="bot", version=4, tier="cold", owned=True)
