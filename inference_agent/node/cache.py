@@ -42,6 +42,12 @@ def _size_on_disk(path: Path) -> int:
     return sum(f.stat().st_size for f in files if f.is_file())
 
 
+def _size_loaded(ref: VersionRef, path: Path) -> int:
+    # The files' sizes were checked against the bytes written when the folder was
+    # built: no walk and stat of each file at every load.
+    return sum(f.size for f in ref.files) if ref.files else _size_on_disk(path)
+
+
 class AdapterCache:
     """The loaded set: LRU order, pins, single-flight loads, eviction with leases."""
 
@@ -152,7 +158,7 @@ class AdapterCache:
             self._reserved.discard(name)
         self._metrics.load_seconds.labels(self._metrics.adapter(ref.adapter)).observe(
             time.perf_counter() - started)
-        self._sizes[name] = _size_on_disk(path)
+        self._sizes[name] = _size_loaded(ref, path)
         self.active[name] = ref
         self._metrics.tier_transition("warm", "hot", time.perf_counter() - started)
         self._changed()

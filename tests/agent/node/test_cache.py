@@ -71,6 +71,17 @@ async def test_loads_into_vllm_and_evicts_the_least_recently_used(world: World) 
     assert world.value("loraplane_agent_versions_loaded") == 2
 
 
+async def test_a_loaded_version_counts_the_bytes_of_its_files(world: World) -> None:
+    a = world.ref("a")
+    path = await world.materializer.materialize(a)
+    on_disk = sum(f.stat().st_size for f in path.iterdir())
+    assert on_disk == sum(f.size for f in a.files) > 0
+    await world.cache.ensure_active(a)
+    sample = world.metrics.registry.get_sample_value(
+        "loraplane_agent_loaded_adapter_bytes", {"adapter": "a"})
+    assert sample == on_disk
+
+
 async def test_a_miss_does_not_wait_for_the_unload_of_the_version_it_evicts(
         world: World) -> None:
     await world.cache.ensure_active(world.ref("a"))
