@@ -2,8 +2,9 @@
 
 An agent of a fleet lists every alias it routes and every version's tier: a couple of
 hundred entries at a hundred adapters, of which a push changes two or three. Building
-each entry again as a validated pydantic model was about a sixth of an agent's CPU per
-push (``bench/agent_push_cpu.py``, py-spy). The entries are frozen models, so one
+the report, each entry made again as a validated pydantic model, was about a sixth of
+an agent's busy samples per push (``bench/agent_push_cpu.py``, py-spy; the entries
+alone about a tenth). The entries are frozen models, so one
 instance may sit in any number of reports; two reports that list the same entries also
 compare equal by identity, which is what ``StatusReporter`` checks before it posts.
 
