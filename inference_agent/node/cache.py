@@ -15,7 +15,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from pathlib import Path
 
 from inference_agent.errors import AgentError, CapacityExhausted
 from inference_agent.futures import retrieve_exception
@@ -33,19 +32,6 @@ def looks_versioned(name: str) -> bool:
     """True for ``adapter@N``: a name this agent (or a previous run of it) loaded."""
     ref = parse_model_ref(name)
     return ref is not None and ref.version is not None
-
-
-def _size_on_disk(path: Path) -> int:
-    """The bytes of a version's files: what vLLM reads into memory for it (its weights
-    dominate; vLLM's own slot buffers are sized by --max-lora-rank, not by the file)."""
-    files = path.rglob("*") if path.is_dir() else [path]
-    return sum(f.stat().st_size for f in files if f.is_file())
-
-
-def _size_loaded(ref: VersionRef, path: Path) -> int:
-    # The files' sizes were checked against the bytes written when the folder was
-    # built: no walk and stat of each file at every load.
-    return sum(f.size for f in ref.files) if ref.files else _size_on_disk(path)
 
 
 class AdapterCache:
@@ -158,7 +144,9 @@ class AdapterCache:
             self._reserved.discard(name)
         self._metrics.load_seconds.labels(self._metrics.adapter(ref.adapter)).observe(
             time.perf_counter() - started)
-        self._sizes[name] = _size_loaded(ref, path)
+        # The files' sizes were checked against the bytes written when the folder was
+        # built: no walk and stat of each file at every load.
+        self._sizes[name] = sum(f.size for f in ref.files)
         self.active[name] = ref
         self._metrics.tier_transition("warm", "hot", time.perf_counter() - started)
         self._changed()

@@ -14,36 +14,36 @@ next reports list.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from loraplane.events import ServedVersion, ServeState, Tier, TierEntry
 
 MAX_INTERNED = 8192
 
-_TierKey = tuple[str, int, Tier, bool, bool]
-_ServedKey = tuple[str, str | None, int, ServeState]
-_tiers: dict[_TierKey, TierEntry] = {}
-_served: dict[_ServedKey, ServedVersion] = {}
+K = TypeVar("K")
+V = TypeVar("V")
+_tiers: dict[tuple[str, int, Tier, bool, bool], TierEntry] = {}
+_served: dict[tuple[str, str | None, int, ServeState], ServedVersion] = {}
+
+
+def _keep(table: dict[K, V], key: K, entry: V) -> V:
+    if len(table) >= MAX_INTERNED:
+        table.clear()
+    table[key] = entry
+    return entry
 
 
 def tier_entry(adapter: str, version: int, tier: Tier, owned: bool,
                over_capacity: bool) -> TierEntry:
     key = (adapter, version, tier, owned, over_capacity)
-    entry = _tiers.get(key)
-    if entry is None:
-        if len(_tiers) >= MAX_INTERNED:
-            _tiers.clear()
-        entry = _tiers[key] = TierEntry(adapter=adapter, version=version, tier=tier,
-                                        owned=owned, over_capacity=over_capacity)
-    return entry
+    return _tiers.get(key) or _keep(_tiers, key, TierEntry(
+        adapter=adapter, version=version, tier=tier, owned=owned,
+        over_capacity=over_capacity))
 
 
 def served_version(adapter: str, alias: str | None, version: int,
                    state: ServeState) -> ServedVersion:
     """An entry with no reason or code (a failure's has its own text: never shared)."""
     key = (adapter, alias, version, state)
-    entry = _served.get(key)
-    if entry is None:
-        if len(_served) >= MAX_INTERNED:
-            _served.clear()
-        entry = _served[key] = ServedVersion(adapter=adapter, alias=alias, version=version,
-                                             state=state)
-    return entry
+    return _served.get(key) or _keep(_served, key, ServedVersion(
+        adapter=adapter, alias=alias, version=version, state=state))
