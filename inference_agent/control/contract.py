@@ -46,6 +46,10 @@ class AliasApplier(Protocol):
         """Forget the adapter, revisions included (it was deleted)."""
         ...
 
+    async def recount_disk(self) -> None:
+        """Count the disk cache again and evict what it holds over budget."""
+        ...
+
     def set_rules(self, rules: list[RouteRule], keep: frozenset[str] = frozenset()) -> None:
         """Replace the routing rules, but those of the tenants in ``keep``."""
         ...

@@ -219,7 +219,8 @@ class Reconciler:
         return await self._reconcile_adapter(key)
 
     async def resync_all(self) -> DesiredState:
-        """Read the whole snapshot, apply its routes, queue every adapter, repair vLLM."""
+        """Read the whole snapshot, apply its routes, queue every adapter, repair vLLM
+        and count the disk cache again."""
         registry = self._require_registry()
         started = dict(self._generation)
         snapshot = await registry.desired(self.base_model)
@@ -236,6 +237,7 @@ class Reconciler:
                 self.mirror.replace(name, desired.get(name))
             self._queue.add(name)
         await self.repair_vllm()
+        await self._swapper.recount_disk()
         return snapshot
 
     async def repair_vllm(self) -> None:

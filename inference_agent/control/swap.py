@@ -165,12 +165,17 @@ class Swapper:
             del self._drains[name]
         self._notify()
 
-    async def _evict_disk(self) -> None:
+    async def _evict_disk(self, *, recount: bool = False) -> None:
         keep = self._cache.in_use_names() | self._routes.routed_names() | self._preparing
         try:
-            await self._materializer.evict_disk(keep)
+            await self._materializer.evict_disk(keep, recount=recount)
         except OSError as exc:
             log.warning("disk cache eviction failed: %s", exc)
+
+    async def recount_disk(self) -> None:
+        """Walk the disk cache now and evict what it holds over budget: what changed on
+        disk by other hands is seen (the periodic resync)."""
+        await self._evict_disk(recount=True)
 
     def _notify(self) -> None:
         if self.on_change is not None:

@@ -40,9 +40,6 @@ Fetch = Callable[[FileRef, Path], Awaitable[tuple[int, str]]]
 Written = list[tuple[str, int, str]]  # (name, size, sha256) per file, as written
 Fill = Callable[[VersionRef, Path], Awaitable[Written]]
 STAGING = ".staging"
-# The disk cache's size is counted again (a walk of every folder) at least this often,
-# whatever the running count says: it also corrects a count that drifted.
-RECOUNT_S = 60.0
 COPY_CHUNK = 1 << 20
 # Versions up to this size are checked on the event loop: the check (a NaN/Inf scan at
 # hundreds of MB/s) takes about a millisecond, less than handing it to a worker thread
@@ -121,7 +118,9 @@ class Materializer:
         # walked yet), so that an eviction check under budget costs no walk. Written
         # on the event loop only.
         self._bytes: int | None = None
-        self._walked = 0.0
+        # While a walk runs: the folders built meanwhile, which it may not have seen.
+        self._built_in_walk: list[tuple[Path, int]] | None = None
+        self._walking = asyncio.Lock()  # one walk at a time, so one list of those
         # on_disk's answer, kept up to date by the folders built here and dropped when
         # an eviction may have removed some (None: listed again at the next call).
         self._listed: set[tuple[str, int]] | None = None
@@ -137,8 +136,8 @@ class Materializer:
 
         The status report reads this on every build, on every agent at every push: the
         folders are listed once, then the list follows the folders built here, and is
-        listed again after each eviction, which also runs every ``RECOUNT_S`` at most
-        (a folder removed by hand shows until then)."""
+        listed again after each walk of the cache (``evict_disk``: over budget, or a
+        recount; a folder removed by hand shows until then)."""
         if self._listed is None:
             self._listed = self._list_folders()
         return self._listed
@@ -222,8 +221,11 @@ class Materializer:
             os.utime(final)
             if self._listed is not None:
                 self._listed.add((ref.adapter, ref.version))
+            size = sum(f.size for f in ref.files)
             if self._bytes is not None:
-                self._bytes += sum(f.size for f in ref.files)
+                self._bytes += size
+            if self._built_in_walk is not None:
+                self._built_in_walk.append((final, size))
         except BaseException as exc:
             shutil.rmtree(staging, ignore_errors=True)
             if isinstance(exc, AgentError):
@@ -290,7 +292,7 @@ class Materializer:
                                           folder, size, folder.stat().st_mtime))
         return sorted(found, key=lambda f: f.mtime)
 
-    async def evict_disk(self, keep: set[str]) -> None:
+    async def evict_disk(self, keep: set[str], *, recount: bool = False) -> None:
         """Remove least recently used folders until the cache fits ``max_bytes``.
 
         Folders whose versioned name is in ``keep`` (loaded, routed) and folders being
@@ -299,21 +301,28 @@ class Materializer:
         It runs after every flip and drain: under budget by the running count, it
         returns without walking the folders (that walk, a stat of every file, was a
         seventh of an agent's CPU per push with a hundred adapters on disk:
-        bench/fanout.py). A folder built while a walk runs may be missing from the
-        count it sets, until the next walk (``RECOUNT_S`` at most).
+        bench/fanout.py). The count is kept exact for the folders built here, those
+        built while a walk runs included; ``recount`` walks anyway, to see what changed
+        on disk by other hands (the periodic resync asks for it, off the path of a
+        push: a walk every minute from here fell on every other push of a fleet).
         """
-        if (self._bytes is not None and self._bytes <= self.max_bytes
-                and time.monotonic() - self._walked < RECOUNT_S):
+        if not recount and self._bytes is not None and self._bytes <= self.max_bytes:
             return
-        busy = set(self._locks)
-        self._walked = time.monotonic()
-        try:
-            self._bytes = await asyncio.to_thread(self._evict, keep, busy)
-        finally:
-            self._listed = None
+        async with self._walking:
+            busy = set(self._locks)
+            built: list[tuple[Path, int]] = []
+            self._built_in_walk = built
+            try:
+                total, seen = await asyncio.to_thread(self._evict, keep, busy)
+                # A folder built meanwhile was added to the count this walk replaces.
+                self._bytes = total + sum(size for path, size in built
+                                          if path not in seen and path.is_dir())
+            finally:
+                self._built_in_walk = None
+                self._listed = None
 
-    def _evict(self, keep: set[str], busy: set[Path]) -> int:
-        """Evict down to ``max_bytes``; the bytes left on disk."""
+    def _evict(self, keep: set[str], busy: set[Path]) -> tuple[int, set[Path]]:
+        """Evict down to ``max_bytes``: the bytes left on disk, and the folders seen."""
         folders = self.cached()
         total = sum(f.size for f in folders)
         for folder in folders:
@@ -330,7 +339,7 @@ class Materializer:
             if adapter_dir.name != STAGING and adapter_dir.is_dir():
                 with contextlib.suppress(OSError):
                     adapter_dir.rmdir()  # only succeeds when empty
-        return total
+        return total, {folder.path for folder in folders}
 
 
 def _copy_hashed(source: Path, dest: Path) -> tuple[int, str]:

@@ -48,6 +48,10 @@ class FakeSwapper:
         # (adapter, version) -> how far the reconciler asked the swap to take it.
         self.readiness: dict[tuple[str, int], Readiness] = {}
         self.errors: dict[tuple[str, int], AgentError] = {}
+        self.recounts = 0
+
+    async def recount_disk(self) -> None:
+        self.recounts += 1
 
     async def apply(self, adapter: str, alias: str, revision: int,
                     target: VersionRef | None, ready: Readiness = "warm") -> SwapResult:

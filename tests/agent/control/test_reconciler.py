@@ -243,6 +243,7 @@ async def test_full_resync_applies_routes_queues_every_adapter_and_repairs_vllm(
     assert w.reconciler.last_snapshot is not None
     assert w.routes.rules() == w.registry.routes
     assert w.cache.resyncs == 1
+    assert w.swapper.recounts == 1  # the disk cache counted again, off a push's path
     assert len(w.queue) == 3
     keys = [await w.queue.get() for _ in range(3)]
     assert sorted(k for k in keys if k is not None) == ["bot", "gone", "pinned"]

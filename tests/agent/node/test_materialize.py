@@ -305,13 +305,43 @@ async def test_eviction_under_budget_walks_nothing_until_a_build_crosses_it(
     assert [mat.path_of(r) is not None for r in refs] == [False, True, True]
 
 
-async def test_the_disk_is_counted_again_after_recount_s(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(materialize, "RECOUNT_S", 0.0)
+async def test_a_recount_sees_what_changed_on_disk_by_other_hands(tmp_path: Path) -> None:
     mat = materializer(tmp_path, LocalFetch())
     folder = await mat.materialize(adapter_ref(tmp_path, "bot", 1))
     await mat.evict_disk(keep=set())
     shutil.copytree(folder, folder.parent / "2-added-by-hand")  # the count misses it
     mat.max_bytes = sum(p.stat().st_size for p in folder.iterdir())
-    await mat.evict_disk(keep={"bot@2"})  # counted again: over budget, bot@1 goes
+    await mat.evict_disk(keep={"bot@2"})  # by the running count: under budget
+    assert mat.path_of(adapter_ref(tmp_path, "bot", 1)) is not None
+    await mat.evict_disk(keep={"bot@2"}, recount=True)  # counted: over budget, bot@1 goes
     assert mat.path_of(adapter_ref(tmp_path, "bot", 1)) is None
+
+
+async def test_a_folder_built_while_a_walk_runs_stays_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mat = materializer(tmp_path, LocalFetch())
+    refs = [adapter_ref(tmp_path, "bot", n) for n in (1, 2, 3)]
+    folders = [await mat.materialize(ref) for ref in refs[:2]]
+    for age, folder in enumerate(folders):  # bot@1 older than bot@2
+        os.utime(folder, (1_000_000 + age, 1_000_000 + age))
+    size = sum(p.stat().st_size for p in folders[0].iterdir())
+    mat.max_bytes = 2 * size + size // 2  # room for two folders, not three
+    listed, release = threading.Event(), threading.Event()
+    walk = mat.cached
+
+    def slow_walk() -> list[CachedFolder]:
+        found = walk()
+        listed.set()
+        release.wait(30)
+        return found
+
+    monkeypatch.setattr(mat, "cached", slow_walk)
+    walking = asyncio.create_task(mat.evict_disk(keep=set(), recount=True))
+    await eventually(listed.is_set, timeout_s=30, what="the walk's listing")
+    await mat.materialize(refs[2])  # after the listing: the walk does not see it
+    release.set()
+    await walking
+    monkeypatch.setattr(mat, "cached", walk)
+    # The count holds three folders, over budget: the oldest goes without a recount.
+    await mat.evict_disk(keep={"bot@3"})
+    assert [mat.path_of(r) is not None for r in refs] == [False, True, True]
