@@ -277,11 +277,12 @@ async def _stop_leftover_tasks(client: NatsClient) -> None:
 
 
 def _raise_if_cancelling() -> None:
-    """Honour a cancellation nats-py swallowed.
+    """Honour a cancellation a nats-py call swallowed.
 
-    A fetch waits in a task of nats-py's own, under Python 3.11's ``wait_for``; a cancel
-    that lands as a message arrives is lost there and the fetch returns normally. The
-    request is still recorded on our task, so it is checked before every fetch.
+    Under Python 3.11's ``wait_for``, in which nats-py's own waits are made, a cancel
+    that lands as the awaited thing completes is lost and the call returns normally.
+    The request is still recorded on our task, so it is checked before every wait for
+    an event.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():

@@ -9,6 +9,12 @@ stored together arrive together, and an idle heartbeat every ``heartbeat_s`` sho
 request is still standing. A new request goes out when the standing one ends (its
 batch delivered, its time up, or refused) or has not been heard from for two
 heartbeats (a restarted server forgets it).
+
+The messages come through the subscription's callback into a queue of this stream's
+own, which ``next`` takes from at once when one is waiting: nats-py's ``next_msg``
+made two tasks, a timer and a uuid for every message, and its task hand-offs let the
+client's flusher run between two events that came together, so that their acks went
+out in two writes where one does.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class PullStream:
         self._batch = batch
         self._silent_s = 2 * heartbeat_s + 1.0
         self._sub: Subscription | None = None
+        self._arrivals: asyncio.Queue[Msg] = asyncio.Queue()
         self._inbox = ""
         self._left = 0  # messages the standing request may still bring; 0: none stands
         self._heard = 0.0  # monotonic time of its last message or heartbeat
@@ -59,7 +66,15 @@ class PullStream:
 
     async def open(self) -> None:
         self._inbox = self._client.new_inbox()
-        self._sub = await self._client.subscribe(self._inbox)
+        self._sub = await self._client.subscribe(self._inbox, cb=self._arrived)
+
+    async def _arrived(self, msg: Msg) -> None:
+        self._arrivals.put_nowait(msg)
+
+    @property
+    def waiting(self) -> int:
+        """Messages delivered and not yet taken by ``next``."""
+        return self._arrivals.qsize()
 
     def renew(self) -> None:
         """Ask again at the next wait: after a reconnect the server may have dropped
@@ -75,7 +90,7 @@ class PullStream:
         deadline = loop.time() + timeout_s
         while True:
             await self._stand()
-            msg = await self._sub.next_msg(timeout=max(0.001, deadline - loop.time()))
+            msg = await self._take(deadline)
             self._heard = time.monotonic()
             status = msg.headers.get(Header.STATUS) if msg.headers else None
             if not status:
@@ -87,6 +102,20 @@ class PullStream:
             if status not in _ENDED:
                 description = (msg.headers or {}).get(Header.DESCRIPTION, "")
                 raise PullRefused(status, description)
+
+    async def _take(self, deadline: float) -> Msg:
+        """The next message delivered; nats' ``TimeoutError`` at ``deadline`` (loop time)
+        without one, ``ConnectionClosedError`` if none is waiting and the client closed."""
+        if not self._arrivals.empty():
+            return self._arrivals.get_nowait()
+        if self._client.is_closed:
+            raise nats.errors.ConnectionClosedError
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(max(deadline, loop.time() + 0.001)):
+                return await self._arrivals.get()
+        except TimeoutError:
+            raise nats.errors.TimeoutError from None
 
     async def _stand(self) -> None:
         """Make sure a request stands: send one if none does or it went silent."""

@@ -95,6 +95,35 @@ async def test_a_deleted_consumer_refuses_the_standing_request(bus: Bus) -> None
     assert info.value.status == "409"
 
 
+async def delivered(bus: Bus, waiting: int) -> PullStream:
+    """A stream that has taken message "0" and holds the next ``waiting`` delivered."""
+    pull = PullStream(bus.client, STREAM, CONSUMER)
+    await pull.open()
+    await bus.publish(1 + waiting)
+    assert await read(pull, 1) == ["0"]
+    await eventually(lambda: pull.waiting == waiting, timeout_s=30, what="the delivery")
+    return pull
+
+
+async def test_messages_already_delivered_are_taken_without_waiting(bus: Bus) -> None:
+    pull = await delivered(bus, 2)
+    # Nothing else runs while they are taken: not the client's flusher, so the acks of
+    # events that came together leave in one write.
+    others_ran = asyncio.Event()
+    asyncio.get_running_loop().call_soon(others_ran.set)
+    first, second = await pull.next(timeout_s=1), await pull.next(timeout_s=1)
+    assert not others_ran.is_set()
+    assert [first.data, second.data] == [b"1", b"2"] and pull.waiting == 0
+
+
+async def test_a_closed_client_is_said_once_nothing_is_waiting(bus: Bus) -> None:
+    pull = await delivered(bus, 1)
+    await bus.client.close()
+    assert (await pull.next(timeout_s=1)).data == b"1"  # delivered before the close
+    with pytest.raises(nats_py.errors.ConnectionClosedError):
+        await pull.next(timeout_s=1)
+
+
 def test_the_heartbeat_must_fit_the_expiry_twice() -> None:
     with pytest.raises(ValueError, match="heartbeat"):
         PullStream(NatsClient(), STREAM, CONSUMER, expires_s=1.0, heartbeat_s=0.5)
