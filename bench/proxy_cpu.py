@@ -16,6 +16,12 @@ With ``--also-commit REV`` the proxy app of commit REV (``git archive``) is meas
 the same run, rounds alternating, and the ratio is printed. The base-model path skips
 the adapter cache and the lease; bench/agent_proxy_overhead.py measures those, on vLLM.
 
+``--relay`` measures bench/tcp_relay.py in front of the same stand-in in the same
+rounds: bytes across on uvloop with no HTTP, the least a hop through Python costs.
+``--guest-halt-poll-ns NS`` runs every round twice, once as the machine idles and once
+with its idle vCPUs polling up to NS before they halt (bench/haltpoll.py): with
+``--upstream-delay-ms`` it shows how much of each wake-up's cost is the halt.
+
     .venv/bin/python -m bench.proxy_cpu --also-commit 5f6d138
 """
 
@@ -23,11 +29,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.haltpoll import HaltPoll
 
 BASE = "tiny-llama"
 TOKEN = "lp_bench-proxy-cpu"
@@ -121,6 +132,13 @@ def _start(role: list[str], name: str, source: Path | None, log_dir: Path) -> An
 
 async def _requests(url: str, count: int, pid: int) -> float:
     """CPU seconds of ``pid`` per request, over ``count`` sequential requests."""
+    cpu, _wall = await _timed_requests(url, count, pid)
+    return cpu
+
+
+async def _timed_requests(url: str, count: int, pid: int) -> tuple[float, float]:
+    """CPU seconds of ``pid`` per request, and seconds per request on the client's
+    clock, over ``count`` sequential requests."""
     import aiohttp  # noqa: PLC0415
 
     from bench.common import cpu_seconds  # noqa: PLC0415
@@ -136,59 +154,107 @@ async def _requests(url: str, count: int, pid: int) -> float:
 
         for _ in range(min(100, count)):  # warm: connections, caches, lazy imports
             await one()
-        before = cpu_seconds(pid)
+        before, started = cpu_seconds(pid), time.perf_counter()
         for _ in range(count):
             await one()
-        after = cpu_seconds(pid)
+        after, wall = cpu_seconds(pid), time.perf_counter() - started
     if before is None or after is None:
         raise RuntimeError(f"the proxy at {url} is gone")
-    return (after - before) / count
+    return (after - before) / count, wall / count
+
+
+def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
+                   processes: list[Any]) -> dict[str, tuple[str, int]]:
+    """Each proxy measured (this checkout's, ``--also-commit``'s, ``--relay``) started in
+    front of the stand-in: name -> (its URL, its pid)."""
+    from bench.proxy_variants import archive  # noqa: PLC0415
+    from devharness.processes import http_probe  # noqa: PLC0415
+    from loraplane.netutil import free_port  # noqa: PLC0415
+
+    sources: dict[str, Path | None] = {"proxy": None}
+    if args.also_commit is not None:
+        commit, folder = archive(args.also_commit, work / "also")
+        sources[f"proxy@{commit[:10]}"] = folder
+    urls: dict[str, tuple[str, int]] = {}
+    for name, source in sources.items():
+        port = free_port()
+        process = _start(["--serve-agent", str(port), str(upstream_port)], name, source,
+                         work)
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}"
+        process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
+        urls[name] = (url, process.pid)
+    if args.relay:
+        port = free_port()
+        process = _start_module(["bench.tcp_relay", "--port", str(port), "--upstream",
+                                 f"127.0.0.1:{upstream_port}"], "relay", work)
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}"
+        # The stand-in answers any request, a GET through the relay too.
+        process.wait_ready(http_probe(f"{url}/health"), 60.0, interval_s=0.2)
+        urls["relay"] = (url, process.pid)
+    return urls
+
+
+def _start_module(argv: list[str], name: str, log_dir: Path) -> Any:
+    from bench.common import REPO  # noqa: PLC0415
+    from loraplane.process import ChildProcess  # noqa: PLC0415
+
+    process = ChildProcess(name, [sys.executable, "-m", *argv],
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
+                           log_path=log_dir / f"{name}.log")
+    process.start()
+    return process
+
+
+def _rounds(args: argparse.Namespace, urls: dict[str, tuple[str, int]],
+            halt: HaltPoll | None) -> dict[str, list[tuple[float, float]]]:
+    """Per measured name, (CPU s, wall s) per request of each round. With ``halt``,
+    each round runs once with the machine's idle setting and once polling
+    ``--guest-halt-poll-ns``, in alternating order; those names end in ``, polling``."""
+    settings: list[int | None] = [None] if halt is None else [None, args.guest_halt_poll_ns]
+    measured: dict[str, list[tuple[float, float]]] = {}
+    for index in range(args.rounds):
+        for setting in settings if index % 2 == 0 else settings[::-1]:
+            if halt is not None:
+                halt.poll(setting) if setting is not None else halt.restore()
+            for name in list(urls) if index % 2 == 0 else list(urls)[::-1]:
+                url, pid = urls[name]
+                key = name if setting is None else f"{name}, polling"
+                measured.setdefault(key, []).append(
+                    asyncio.run(_timed_requests(url, args.requests, pid)))
+    return measured
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from bench.agent_setup import MachineLoad  # noqa: PLC0415
     from bench.common import git_commit  # noqa: PLC0415
+    from bench.haltpoll import HaltPoll  # noqa: PLC0415
     from bench.proxy_stats import mean_ci  # noqa: PLC0415
-    from bench.proxy_variants import archive  # noqa: PLC0415
-    from devharness.processes import http_probe  # noqa: PLC0415
     from loraplane.netutil import free_port  # noqa: PLC0415
 
     measured = git_commit()  # before anything runs: what is measured is this
+    halt = HaltPoll() if args.guest_halt_poll_ns is not None else None
     upstream_port = free_port()
-    sources: dict[str, Path | None] = {"proxy": None}
-    if args.also_commit is not None:
-        commit, folder = archive(args.also_commit, work / "also")
-        sources[f"proxy@{commit[:10]}"] = folder
     processes = [_start(["--serve-upstream", str(upstream_port), "--upstream-delay-ms",
                          str(args.upstream_delay_ms)], "stand-in", None, work)]
     try:
-        urls: dict[str, tuple[str, int]] = {}
-        for name, source in sources.items():
-            port = free_port()
-            process = _start(["--serve-agent", str(port), str(upstream_port)], name,
-                             source, work)
-            processes.append(process)
-            url = f"http://127.0.0.1:{port}"
-            process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
-            urls[name] = (url, process.pid)
-        per_request: dict[str, list[float]] = {name: [] for name in urls}
-        with MachineLoad() as load:
-            for index in range(args.rounds):
-                order = list(urls) if index % 2 == 0 else list(urls)[::-1]
-                for name in order:
-                    url, pid = urls[name]
-                    per_request[name].append(asyncio.run(_requests(url, args.requests, pid)))
+        urls = _start_proxies(args, work, upstream_port, processes)
+        with MachineLoad() as load, (halt.restored() if halt else contextlib.nullcontext()):
+            per_round = _rounds(args, urls, halt)
     finally:
         for process in reversed(processes):
             process.stop(10)
-    result: dict[str, Any] = {"benchmark": "proxy_cpu", "commit": measured,
-                              "machine": load.summary, "requests": args.requests,
-                              "upstream_delay_ms": args.upstream_delay_ms,
-                              "cpu_ms_per_request": {n: [x * 1000 for x in v]
-                                                     for n, v in per_request.items()}}
-    if len(per_request) == 2:
-        old = list(per_request)[1]
-        ratios = round_ratios(per_request["proxy"], per_request[old])
+    result: dict[str, Any] = {
+        "benchmark": "proxy_cpu", "commit": measured, "machine": load.summary,
+        "requests": args.requests, "upstream_delay_ms": args.upstream_delay_ms,
+        "guest_halt_poll_ns": args.guest_halt_poll_ns,
+        "halt_poll_found": halt.found if halt else None,
+        "cpu_ms_per_request": {n: [c * 1000 for c, _ in v] for n, v in per_round.items()},
+        "wall_ms_per_request": {n: [w * 1000 for _, w in v] for n, v in per_round.items()}}
+    cpu = {n: [c for c, _ in v] for n, v in per_round.items()}
+    for old in (n for n in cpu if n.startswith("proxy@") and "," not in n):
+        ratios = round_ratios(cpu["proxy"], cpu[old])
         result["ratio_to_" + old] = list(mean_ci(ratios)) if ratios else None
         result["rounds_without_ratio"] = args.rounds - len(ratios)
     return result
@@ -213,6 +279,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--serve-upstream", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-agent", type=int, nargs=2, default=None,
                         help=argparse.SUPPRESS)
+    parser.add_argument("--relay", action="store_true",
+                        help="also measure bench/tcp_relay.py (bytes across, no HTTP) in "
+                             "front of the same stand-in: the least a Python hop costs")
+    parser.add_argument("--guest-halt-poll-ns", type=int, default=None, metavar="NS",
+                        help="run each round also with this machine's idle vCPUs polling "
+                             "up to NS before they halt (bench/haltpoll.py; needs root "
+                             "and the haltpoll cpuidle driver); the setting found is put "
+                             "back at the end")
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.serve_upstream is not None:
@@ -224,15 +298,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.requests < 1 or args.rounds < 1 or args.upstream_delay_ms < 0:
         parser.error("--requests and --rounds must be positive, --upstream-delay-ms not "
                      "negative")
+    if args.guest_halt_poll_ns is not None and args.guest_halt_poll_ns < 1:
+        parser.error("--guest-halt-poll-ns must be positive")
     from bench.common import write_json  # noqa: PLC0415
+    from bench.haltpoll import HaltPollUnavailable  # noqa: PLC0415
     from bench.proxy_stats import commit_line  # noqa: PLC0415
 
-    with tempfile.TemporaryDirectory(prefix="lp-bench-proxy-cpu-") as work:
-        result = measure(args, Path(work))
+    try:
+        with tempfile.TemporaryDirectory(prefix="lp-bench-proxy-cpu-") as work:
+            result = measure(args, Path(work))
+    except HaltPollUnavailable as exc:
+        parser.exit(2, f"proxy_cpu: --guest-halt-poll-ns: {exc}\n")
     print(f"the stand-in answered after {result['upstream_delay_ms']} ms")
     for name, values in result["cpu_ms_per_request"].items():
-        print(f"{name}: agent CPU ms per request, per round: "
-              + " ".join(f"{v:.3f}" for v in values))
+        walls = result["wall_ms_per_request"][name]
+        print(f"{name}: CPU ms per request, per round: "
+              + " ".join(f"{v:.3f}" for v in values)
+              + "; ms per request on the client's clock: "
+              + " ".join(f"{w:.3f}" for w in walls))
     for key, value in result.items():
         if key.startswith("ratio_to_") and value is None:
             print(f"{key.removeprefix('ratio_to_')} / proxy: no round long enough to show"
