@@ -95,11 +95,8 @@ async def serve_upstream(port: int, delay_s: float = 0.0) -> None:
     await server.serve_forever()
 
 
-def serve_agent(port: int, upstream_port: int) -> None:
+def proxy_app(upstream_port: int) -> Any:
     """The agent's proxy app, from whichever ``inference_agent`` is on sys.path."""
-    import uvicorn  # noqa: PLC0415
-    import uvloop  # noqa: PLC0415
-
     from inference_agent.metrics import AgentMetrics  # noqa: PLC0415
     from inference_agent.serving.auth import InferenceKeys, token_hash  # noqa: PLC0415
     from inference_agent.serving.leases import Leases  # noqa: PLC0415
@@ -108,14 +105,32 @@ def serve_agent(port: int, upstream_port: int) -> None:
 
     keys = InferenceKeys()
     keys.replace("bench", {token_hash(TOKEN): "bench"})
-    app = create_proxy_app(routes=RouteTable(BASE), cache=None,  # type: ignore[arg-type]
-                           leases=Leases(), metrics=AgentMetrics(),
-                           vllm_url=f"http://127.0.0.1:{upstream_port}", base_model=BASE,
-                           registry=None, keys=keys)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on", access_log=False)
+    return create_proxy_app(routes=RouteTable(BASE), cache=None,  # type: ignore[arg-type]
+                            leases=Leases(), metrics=AgentMetrics(),
+                            vllm_url=f"http://127.0.0.1:{upstream_port}", base_model=BASE,
+                            registry=None, keys=keys)
+
+
+def serve_agent(port: int, upstream_port: int) -> None:
+    """The proxy app under uvicorn on uvloop, as the agent runs it."""
+    import uvicorn  # noqa: PLC0415
+    import uvloop  # noqa: PLC0415
+
+    config = uvicorn.Config(proxy_app(upstream_port), host="127.0.0.1", port=port,
+                            log_level="warning", lifespan="on", access_log=False)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(uvicorn.Server(config).serve())
+
+
+def serve_bare(port: int, upstream_port: int) -> None:
+    """The same proxy's ``generate`` behind bench/bare_front_door.py, on uvloop."""
+    import uvloop  # noqa: PLC0415
+
+    from bench.bare_front_door import serve  # noqa: PLC0415
+
+    generate = proxy_app(upstream_port).state.proxy.generate
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(generate, port))
 
 
 def _start(role: list[str], name: str, source: Path | None, log_dir: Path) -> Any:
@@ -165,21 +180,22 @@ async def _timed_requests(url: str, count: int, pid: int) -> tuple[float, float]
 
 def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
                    processes: list[Any]) -> dict[str, tuple[str, int]]:
-    """Each proxy measured (this checkout's, ``--also-commit``'s, ``--relay``) started in
-    front of the stand-in: name -> (its URL, its pid)."""
+    """Each proxy measured (this checkout's, ``--also-commit``'s, ``--bare``, ``--relay``)
+    started in front of the stand-in: name -> (its URL, its pid)."""
     from bench.proxy_variants import archive  # noqa: PLC0415
     from devharness.processes import http_probe  # noqa: PLC0415
     from loraplane.netutil import free_port  # noqa: PLC0415
 
-    sources: dict[str, Path | None] = {"proxy": None}
+    sources: dict[str, tuple[str, Path | None]] = {"proxy": ("--serve-agent", None)}
     if args.also_commit is not None:
         commit, folder = archive(args.also_commit, work / "also")
-        sources[f"proxy@{commit[:10]}"] = folder
+        sources[f"proxy@{commit[:10]}"] = ("--serve-agent", folder)
+    if args.bare:
+        sources["proxy, bare front door"] = ("--serve-bare", None)
     urls: dict[str, tuple[str, int]] = {}
-    for name, source in sources.items():
+    for name, (role, source) in sources.items():
         port = free_port()
-        process = _start(["--serve-agent", str(port), str(upstream_port)], name, source,
-                         work)
+        process = _start([role, str(port), str(upstream_port)], name, source, work)
         processes.append(process)
         url = f"http://127.0.0.1:{port}"
         process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
@@ -253,10 +269,12 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "cpu_ms_per_request": {n: [c * 1000 for c, _ in v] for n, v in per_round.items()},
         "wall_ms_per_request": {n: [w * 1000 for _, w in v] for n, v in per_round.items()}}
     cpu = {n: [c for c, _ in v] for n, v in per_round.items()}
-    for old in (n for n in cpu if n.startswith("proxy@") and "," not in n):
+    for old in (n for n in cpu if n.startswith("proxy") and n != "proxy"
+                and not n.endswith(", polling")):
         ratios = round_ratios(cpu["proxy"], cpu[old])
         result["ratio_to_" + old] = list(mean_ci(ratios)) if ratios else None
-        result["rounds_without_ratio"] = args.rounds - len(ratios)
+        result["rounds_without_ratio"] = max(result.get("rounds_without_ratio", 0),
+                                             args.rounds - len(ratios))
     return result
 
 
@@ -279,6 +297,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--serve-upstream", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-agent", type=int, nargs=2, default=None,
                         help=argparse.SUPPRESS)
+    parser.add_argument("--serve-bare", type=int, nargs=2, default=None,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--bare", action="store_true",
+                        help="also measure this checkout's proxy behind "
+                             "bench/bare_front_door.py instead of uvicorn: what the ASGI "
+                             "server and the front door's layers cost a request")
     parser.add_argument("--relay", action="store_true",
                         help="also measure bench/tcp_relay.py (bytes across, no HTTP) in "
                              "front of the same stand-in: the least a Python hop costs")
@@ -294,6 +318,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.serve_agent is not None:
         serve_agent(*args.serve_agent)
+        return {}
+    if args.serve_bare is not None:
+        serve_bare(*args.serve_bare)
         return {}
     if args.requests < 1 or args.rounds < 1 or args.upstream_delay_ms < 0:
         parser.error("--requests and --rounds must be positive, --upstream-delay-ms not "
