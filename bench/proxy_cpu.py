@@ -18,6 +18,8 @@ the adapter cache and the lease; bench/agent_proxy_overhead.py measures those, o
 
 ``--relay`` measures bench/tcp_relay.py in front of the same stand-in in the same
 rounds: bytes across on uvloop with no HTTP, the least a hop through Python costs.
+``--bare`` measures this checkout's proxy behind bench/bare_front_door.py instead of
+uvicorn: what the ASGI server and the front door's layers cost a request.
 ``--guest-halt-poll-ns NS`` runs every round twice, once as the machine idles and once
 with its idle vCPUs polling up to NS before they halt (bench/haltpoll.py): with
 ``--upstream-delay-ms`` it shows how much of each wake-up's cost is the halt.
@@ -213,6 +215,7 @@ def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
 
 
 def _start_module(argv: list[str], name: str, log_dir: Path) -> Any:
+    """``python -m argv`` from this checkout."""
     from bench.common import REPO  # noqa: PLC0415
     from loraplane.process import ChildProcess  # noqa: PLC0415
 
@@ -232,8 +235,10 @@ def _rounds(args: argparse.Namespace, urls: dict[str, tuple[str, int]],
     measured: dict[str, list[tuple[float, float]]] = {}
     for index in range(args.rounds):
         for setting in settings if index % 2 == 0 else settings[::-1]:
-            if halt is not None:
-                halt.poll(setting) if setting is not None else halt.restore()
+            if halt is not None and setting is not None:
+                halt.poll(setting)
+            elif halt is not None:
+                halt.restore()
             for name in list(urls) if index % 2 == 0 else list(urls)[::-1]:
                 url, pid = urls[name]
                 key = name if setting is None else f"{name}, polling"
