@@ -37,13 +37,10 @@ class HaltPoll:
         except OSError as exc:
             raise HaltPollUnavailable(
                 f"no haltpoll parameters to read at {parameters}: {exc}") from exc
-        for key in _POLL_KEYS:
-            path = parameters / key
-            try:
-                with path.open("w") as handle:  # the value found, written back unchanged
-                    handle.write(self.found[key])
-            except OSError as exc:
-                raise HaltPollUnavailable(f"cannot write {path}: {exc}") from exc
+        try:
+            self._write(self.found)  # unchanged: refused here, not in the middle of a run
+        except OSError as exc:
+            raise HaltPollUnavailable(f"cannot write {parameters}: {exc}") from exc
 
     def _write(self, values: dict[str, str]) -> None:
         for key, value in values.items():

@@ -181,9 +181,11 @@ async def _timed_requests(url: str, count: int, pid: int) -> tuple[float, float]
 
 
 def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
-                   processes: list[Any]) -> dict[str, tuple[str, int]]:
+                   stack: contextlib.ExitStack) -> dict[str, tuple[str, int]]:
     """Each proxy measured (this checkout's, ``--also-commit``'s, ``--bare``, ``--relay``)
-    started in front of the stand-in: name -> (its URL, its pid)."""
+    started in front of the stand-in, stopped when ``stack`` closes: name -> (its URL,
+    its pid)."""
+    from bench.proxy_floor import start_relay  # noqa: PLC0415
     from bench.proxy_variants import archive  # noqa: PLC0415
     from devharness.processes import http_probe  # noqa: PLC0415
     from loraplane.netutil import free_port  # noqa: PLC0415
@@ -198,32 +200,14 @@ def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
     for name, (role, source) in sources.items():
         port = free_port()
         process = _start([role, str(port), str(upstream_port)], name, source, work)
-        processes.append(process)
+        stack.callback(process.stop, 10)
         url = f"http://127.0.0.1:{port}"
         process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
         urls[name] = (url, process.pid)
     if args.relay:
-        port = free_port()
-        process = _start_module(["bench.tcp_relay", "--port", str(port), "--upstream",
-                                 f"127.0.0.1:{upstream_port}"], "relay", work)
-        processes.append(process)
-        url = f"http://127.0.0.1:{port}"
-        # The stand-in answers any request, a GET through the relay too.
-        process.wait_ready(http_probe(f"{url}/health"), 60.0, interval_s=0.2)
-        urls["relay"] = (url, process.pid)
+        relay = start_relay(stack, f"127.0.0.1:{upstream_port}", work)
+        urls["relay"] = (relay.url, relay.pid)
     return urls
-
-
-def _start_module(argv: list[str], name: str, log_dir: Path) -> Any:
-    """``python -m argv`` from this checkout."""
-    from bench.common import REPO  # noqa: PLC0415
-    from loraplane.process import ChildProcess  # noqa: PLC0415
-
-    process = ChildProcess(name, [sys.executable, "-m", *argv],
-                           env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
-                           log_path=log_dir / f"{name}.log")
-    process.start()
-    return process
 
 
 def _rounds(args: argparse.Namespace, urls: dict[str, tuple[str, int]],
@@ -257,15 +241,13 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     measured = git_commit()  # before anything runs: what is measured is this
     halt = HaltPoll() if args.guest_halt_poll_ns is not None else None
     upstream_port = free_port()
-    processes = [_start(["--serve-upstream", str(upstream_port), "--upstream-delay-ms",
-                         str(args.upstream_delay_ms)], "stand-in", None, work)]
-    try:
-        urls = _start_proxies(args, work, upstream_port, processes)
+    with contextlib.ExitStack() as stack:  # the processes, stopped last started first
+        stand_in = _start(["--serve-upstream", str(upstream_port), "--upstream-delay-ms",
+                           str(args.upstream_delay_ms)], "stand-in", None, work)
+        stack.callback(stand_in.stop, 10)
+        urls = _start_proxies(args, work, upstream_port, stack)
         with MachineLoad() as load, (halt.restored() if halt else contextlib.nullcontext()):
             per_round = _rounds(args, urls, halt)
-    finally:
-        for process in reversed(processes):
-            process.stop(10)
     result: dict[str, Any] = {
         "benchmark": "proxy_cpu", "commit": measured, "machine": load.summary,
         "requests": args.requests, "upstream_delay_ms": args.upstream_delay_ms,

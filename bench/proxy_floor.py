@@ -81,16 +81,22 @@ def _start(stack: ExitStack, name: str, argv: list[str], work: Path, port: int) 
     return FloorProxy(name, url, process.pid)
 
 
+def start_relay(stack: ExitStack, upstream: str, work: Path) -> FloorProxy:
+    """``bench/tcp_relay.py`` in front of ``upstream`` (host:port), ready; stopped when
+    ``stack`` closes. Its readiness is a GET through it, which the upstream answers."""
+    port = free_port()
+    return _start(stack, "relay", [sys.executable, "-m", "bench.tcp_relay",
+                                   "--port", str(port), "--upstream", upstream],
+                  work, port)
+
+
 @contextmanager
 def floor_proxies(vllm_url: str, work: Path) -> Iterator[list[FloorProxy]]:
     """The byte relay and nginx in front of ``vllm_url``, ready; stopped afterwards."""
     upstream = vllm_url.removeprefix("http://").rstrip("/")
     work.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        port = free_port()
-        relay = _start(stack, "relay", [sys.executable, "-m", "bench.tcp_relay",
-                                        "--port", str(port), "--upstream", upstream],
-                       work, port)
+        relay = start_relay(stack, upstream, work)
         nginx_dir = work / "nginx"
         nginx_dir.mkdir(exist_ok=True)
         port = free_port()
