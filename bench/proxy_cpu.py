@@ -118,8 +118,13 @@ def serve_agent(port: int, upstream_port: int) -> None:
     import uvicorn  # noqa: PLC0415
     import uvloop  # noqa: PLC0415
 
+    from inference_agent import http_server  # noqa: PLC0415
+
+    # The agent's connection protocol where that commit has one (uvicorn's own before).
+    protocol = getattr(http_server, "HTTP_PROTOCOL", "auto")
     config = uvicorn.Config(proxy_app(upstream_port), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on", access_log=False)
+                            log_level="warning", lifespan="on", access_log=False,
+                            http=protocol)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(uvicorn.Server(config).serve())
 

@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
+from inference_agent.serving.direct_protocol import GenerationProtocol
 from inference_agent.settings import AgentSettings
 
 # uvicorn's own wait for connections, after the agent already waited for its requests.
@@ -30,13 +31,15 @@ SERVER_CLOSE_S = 2
 # an idle one, and never sends a request on a connection the agent is closing, which
 # fails that request (uvicorn's own default is the same 5 s as httpx's).
 KEEP_ALIVE_S = 65
+# The connection protocol: uvicorn's httptools one, answering generation POSTs in one write.
+HTTP_PROTOCOL = GenerationProtocol
 
 
 def server_config(app: Any, settings: AgentSettings) -> uvicorn.Config:
     """The agent's HTTP server: the OpenAI-compatible port, metrics and health."""
     return uvicorn.Config(app, log_level=settings.log_level, lifespan="on", access_log=False,
                           timeout_graceful_shutdown=SERVER_CLOSE_S,
-                          timeout_keep_alive=KEEP_ALIVE_S)
+                          timeout_keep_alive=KEEP_ALIVE_S, http=HTTP_PROTOCOL)
 
 
 class DatedState(ServerState):

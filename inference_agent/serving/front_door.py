@@ -26,6 +26,8 @@ from inference_agent.serving.streams import Inflight
 GENERATION_PATHS = frozenset(("/v1/completions", "/v1/chat/completions"))
 # (headers, body, path) -> the response to send.
 Generate = Callable[[Headers, bytes, str], Awaitable[Response]]
+# Writes a response some faster way than ASGI; False if it did not (direct_protocol.py).
+SendWhole = Callable[[Response], Awaitable[bool]]
 
 
 async def read_body(receive: Receive) -> bytes | None:
@@ -57,12 +59,18 @@ class FrontDoor:
                 or scope["path"] not in GENERATION_PATHS):
             await self.app(scope, receive, send)
             return
+        await self.serve(scope, receive, send)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send,
+                    send_whole: SendWhole | None = None) -> None:
+        """Answer a generation POST, through ``send_whole`` where it takes the answer."""
         self.inflight.enter()
         try:
             body = await read_body(receive)
             if body is None:
                 return  # nobody to answer
             response = await self.generate(Headers(scope=scope), body, scope["path"])
-            await response(scope, receive, send)
+            if send_whole is None or not await send_whole(response):
+                await response(scope, receive, send)
         finally:
             self.inflight.leave()

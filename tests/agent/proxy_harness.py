@@ -18,6 +18,7 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
+from inference_agent.http_server import HTTP_PROTOCOL
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.materialize import Materializer
@@ -54,9 +55,10 @@ def inference_keys() -> InferenceKeys:
 @contextlib.asynccontextmanager
 async def serve_asgi(app: ASGIApp, **options: Any) -> AsyncIterator[str]:
     """Run ``app`` under uvicorn on a free port for the block; yield its base URL.
-    ``options`` go to ``uvicorn.Config`` (``lifespan`` is "on" unless they say)."""
+    ``options`` go to ``uvicorn.Config`` (``lifespan`` is "on" and the connection
+    protocol the agent's unless they say)."""
     port = free_port()
-    options = {"lifespan": "on", **options}
+    options = {"lifespan": "on", "http": HTTP_PROTOCOL, **options}
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=5, **options)
     server = uvicorn.Server(config)
