@@ -54,9 +54,11 @@ class GenerationProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         scope = cycle.scope
-        # ``app`` is uvicorn's 503 when over --limit-concurrency: that answer stays its.
+        # ``app`` is uvicorn's 503 when over --limit-concurrency: that answer stays its,
+        # as does a task run in a context of its own (``reset_contextvars``).
         if (self.door is None or app is not self.app or scope["method"] != "POST"
-                or scope["path"] not in GENERATION_PATHS):
+                or scope["path"] not in GENERATION_PATHS
+                or self.config.reset_contextvars):
             super()._start_asgi_task(cycle, app)
             return
         serve = functools.partial(_serve, self.door, cycle)

@@ -151,30 +151,46 @@ async def test_the_answers_are_uvicorns_own_bytes(case: str) -> None:
         assert answers[-1].count(b"\r\nconnection: close\r\n") == 1
 
 
-async def test_a_whole_answer_is_one_write_and_a_stream_is_uvicorns() -> None:
-    front, _handler = door()
-    writes: list[bytes] = []
-    async with served(front, HTTP_PROTOCOL) as (port, server):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def _writes_of(port: int, server: QuietServer, *requests: bytes
+                    ) -> list[list[bytes]]:
+    """What the server wrote for each request, on one connection; the first request
+    opens it and is not counted."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
         writer.write(post(b"one"))
-        first = await read_answer(reader)
+        await read_answer(reader)
         (protocol,) = server.server_state.connections
         assert isinstance(protocol, GenerationProtocol)
         transport_write = protocol.transport.write
+        writes: list[list[bytes]] = []
 
         def write(data: bytes) -> None:
-            writes.append(bytes(data))
+            writes[-1].append(bytes(data))
             transport_write(data)
 
         protocol.transport.write = write  # type: ignore[method-assign,assignment]
-        writer.write(post(b"one"))
-        second = await read_answer(reader)
-        assert writes == [second] and first == second
-        writes.clear()
-        writer.write(post(b"stream"))
-        streamed = await read_answer(reader)
-        assert len(writes) > 1 and b"".join(writes) == streamed
+        for request in requests:
+            writes.append([])
+            writer.write(request)
+            answer = await read_answer(reader)
+            assert b"".join(writes[-1]) == answer
+        return writes
+    finally:
         writer.close()
+
+
+async def test_a_whole_answer_is_one_write_and_a_stream_is_uvicorns() -> None:
+    front, _handler = door()
+    async with served(front, HTTP_PROTOCOL) as (port, server):
+        whole, stream = await _writes_of(port, server, post(b"one"), post(b"stream"))
+    assert len(whole) == 1 and len(stream) > 2
+
+
+async def test_with_a_context_per_task_uvicorn_answers() -> None:
+    front, _handler = door()
+    async with served(front, HTTP_PROTOCOL, reset_contextvars=True) as (port, server):
+        (whole,) = await _writes_of(port, server, post(b"one"))
+    assert len(whole) == 2 and b'"body":"one"' in whole[1]
 
 
 async def test_pipelined_requests_are_answered_in_order() -> None:
