@@ -248,7 +248,8 @@ async def measure_backend(kind: str, args: argparse.Namespace, work: Path,
                 load = await run_load(registry.url, ADMIN_TOKEN, specs, page=PAGE,
                                       readers=args.readers, phases=args.phases,
                                       phase_s=args.phase_seconds,
-                                      push_interval_s=args.push_interval, folders=folders)
+                                      push_interval_s=args.push_interval, folders=folders,
+                                      min_pushes=args.min_pushes)
         finally:
             nats.stop()
     return {"backend": kind, "versions": history.versions, "adapters": history.adapters,
@@ -300,7 +301,10 @@ def _work_dir() -> Path:
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     work = _work_dir()
     try:
-        pushes = int(args.phases * args.phase_seconds / args.push_interval) + 2
+        # Twice what the phases' length and --min-pushes call for: a phase that runs
+        # over its length pushes on (bench/history_readers.py stops when none are left).
+        per_phase = int(args.phase_seconds / args.push_interval) + 1 + args.min_pushes
+        pushes = 2 * per_phase * args.phases
         folders = await asyncio.to_thread(make_push_folders, work / "adapters", pushes)
         results = []
         for kind in args.backends:
@@ -326,16 +330,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--phase-seconds", type=float, default=20.0)
     parser.add_argument("--push-interval", type=float, default=0.5,
                         help="seconds between push starts")
+    parser.add_argument("--min-pushes", type=int, default=2,
+                        help="a pushing phase lasts until this many pushes have ended in "
+                             "it, longer than --phase-seconds if need be")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
     unknown = set(args.backends) - set(BACKENDS)
     if unknown or not args.backends:
         parser.error(f"--backends: choose from {sorted(BACKENDS)}")
-    counts = (args.cold_rounds, args.readers, args.phases, args.shape_samples)
+    counts = (args.cold_rounds, args.readers, args.phases, args.shape_samples,
+              args.min_pushes)
     if min(counts) < 1 or args.phase_seconds <= 0:
-        parser.error("--cold-rounds, --shape-samples, --readers, --phases and "
-                     "--phase-seconds must be positive")
+        parser.error("--cold-rounds, --shape-samples, --readers, --phases, --min-pushes "
+                     "and --phase-seconds must be positive")
     return args
 
 

@@ -90,10 +90,12 @@ async def _pusher(client: AsyncRegistryClient, folders: list[Path], interval_s: 
     next_at = time.monotonic()
     k = 0
     while not stop.is_set():
-        if phase[0] != PUSHING or k >= len(folders):
+        if phase[0] != PUSHING:
             await asyncio.sleep(0.05)
             next_at = time.monotonic()
             continue
+        if k >= len(folders):
+            raise RuntimeError(f"all {k} adapters made for the pushes were pushed")
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         next_at += interval_s
         t0 = time.perf_counter()
@@ -117,7 +119,10 @@ def make_push_folders(root: Path, count: int) -> list[Path]:
 
 async def run_load(url: str, token: str, specs: list[Query], *, page: int, readers: int,
                    phases: int, phase_s: float, push_interval_s: float,
-                   folders: list[Path]) -> LoadRun:
+                   folders: list[Path], min_pushes: int = 1) -> LoadRun:
+    """Each phase lasts ``phase_s``, and longer if need be, until every query has been
+    read in it and, in a pushing phase, ``min_pushes`` pushes have ended: a slow
+    machine gives longer phases, never an empty one."""
     run = LoadRun()
     phase = [QUIET]
     stop = asyncio.Event()
@@ -131,13 +136,41 @@ async def run_load(url: str, token: str, specs: list[Query], *, page: int, reade
             run.reads.clear()
             for n in range(2 * phases):
                 phase[0] = QUIET if n % 2 == 0 else PUSHING
+                wanted = _PhaseEnd(run, phase[0], specs,
+                                   min_pushes if phase[0] == PUSHING else 0)
                 t0 = time.monotonic()
                 await asyncio.sleep(phase_s)
+                await wanted.wait(tasks)
                 run.phase_seconds[phase[0]] += time.monotonic() - t0
         finally:
             stop.set()
             await asyncio.gather(*tasks)
     return run
+
+
+class _PhaseEnd:
+    """What a phase must have seen before it ends: a read of every query, and pushes."""
+
+    def __init__(self, run: LoadRun, kind: str, specs: list[Query], pushes: int) -> None:
+        self.run, self.kind, self.labels = run, kind, [spec.label for spec in specs]
+        self.reads = {label: len(run.reads.get((kind, label), [])) for label in self.labels}
+        self.pushes = self._pushes_ended() + pushes
+
+    def _pushes_ended(self) -> int:
+        return len(self.run.pushes) + len(self.run.push_errors)
+
+    def reached(self) -> bool:
+        return self._pushes_ended() >= self.pushes and all(
+            len(self.run.reads.get((self.kind, label), [])) > before
+            for label, before in self.reads.items())
+
+    async def wait(self, tasks: list[asyncio.Task[None]]) -> None:
+        while not self.reached():
+            for task in tasks:
+                if task.done():  # a reader or the pusher failed: its error, not a hang
+                    task.result()
+                    raise RuntimeError("a reader or the pusher stopped early")
+            await asyncio.sleep(0.05)
 
 
 def summarize(run: LoadRun, specs: list[Query]) -> dict[str, object]:

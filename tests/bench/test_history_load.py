@@ -1,17 +1,20 @@
 """The history-under-load benchmark, small: 4,000 versions on both backends (a private
 Postgres cluster and the embedded SQLite default), one cold round per query, one quiet
-and one pushing phase of 3 s. It checks the benchmark works end to end: the seeded
-history is what the alias moves imply, the caches really were emptied, every query was
-read in both phases, and the pushes went through. No timing is asserted;
-bench/history_load.py runs it at 1,000,000 versions."""
+and one pushing phase of at least 3 s (and two pushes). It checks the benchmark works
+end to end: the seeded history is what the alias moves imply, the caches really were
+emptied, every query was read in both phases, and the pushes went through. No timing
+is asserted; bench/history_load.py runs it at 1,000,000 versions."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import pytest
 
 from bench.history_data import History
 from bench.history_load import main
-from bench.history_readers import queries
+from bench.history_readers import PUSHING, QUIET, LoadRun, _PhaseEnd, queries
 
 
 def test_seeded_history_counts_the_moves_pushes_and_promotions_make() -> None:
@@ -28,6 +31,37 @@ def test_seeded_history_counts_the_moves_pushes_and_promotions_make() -> None:
     for row in rows:
         by_alias.setdefault(row[1], []).append(row[2])
     assert all(revs == list(range(1, len(revs) + 1)) for revs in by_alias.values())
+
+
+async def test_a_phase_ends_once_every_query_was_read_and_its_pushes_ended() -> None:
+    specs = queries(History(4000, 10, seed=3).hot_versions)
+    run = LoadRun()
+    run.reads[(QUIET, specs[0].label)].append(1.0)  # an earlier quiet phase's
+    end = _PhaseEnd(run, QUIET, specs, pushes=0)
+    for spec in specs[:-1]:
+        run.reads[(QUIET, spec.label)].append(1.0)
+    assert not end.reached()
+    run.reads[(QUIET, specs[-1].label)].append(1.0)
+    assert end.reached()
+    pushing = _PhaseEnd(run, PUSHING, specs, pushes=2)
+    for spec in specs:
+        run.reads[(PUSHING, spec.label)].append(1.0)
+    run.pushes.append(10.0)
+    assert not pushing.reached()
+    run.push_errors.append("refused")  # a failed push ended too, and is reported
+    assert pushing.reached()
+
+
+async def test_a_phase_does_not_wait_on_a_reader_that_failed() -> None:
+    specs = queries(History(4000, 10, seed=3).hot_versions)
+
+    async def failing() -> None:
+        raise ConnectionError("the registry went away")
+
+    task = asyncio.create_task(failing())
+    await asyncio.wait([task])
+    with pytest.raises(ConnectionError):
+        await _PhaseEnd(LoadRun(), QUIET, specs, pushes=0).wait([task])
 
 
 def _check(result: dict[str, Any]) -> None:
