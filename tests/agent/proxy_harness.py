@@ -55,10 +55,10 @@ def inference_keys() -> InferenceKeys:
 @contextlib.asynccontextmanager
 async def serve_asgi(app: ASGIApp, **options: Any) -> AsyncIterator[str]:
     """Run ``app`` under uvicorn on a free port for the block; yield its base URL.
-    ``options`` go to ``uvicorn.Config`` (``lifespan`` is "on" and the connection
-    protocol the agent's unless they say)."""
+    ``options`` go to ``uvicorn.Config`` (``lifespan`` is "on", and the connection
+    protocol and access log as the agent has them, unless they say)."""
     port = free_port()
-    options = {"lifespan": "on", "http": HTTP_PROTOCOL, **options}
+    options = {"lifespan": "on", "http": HTTP_PROTOCOL, "access_log": False, **options}
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=5, **options)
     server = uvicorn.Server(config)
