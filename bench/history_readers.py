@@ -152,8 +152,8 @@ class _PhaseEnd:
     """What a phase must have seen before it ends: a read of every query, and pushes."""
 
     def __init__(self, run: LoadRun, kind: str, specs: list[Query], pushes: int) -> None:
-        self.run, self.kind, self.labels = run, kind, [spec.label for spec in specs]
-        self.reads = {label: len(run.reads.get((kind, label), [])) for label in self.labels}
+        self.run, self.kind = run, kind
+        self.reads = {spec.label: len(run.reads.get((kind, spec.label), [])) for spec in specs}
         self.pushes = self._pushes_ended() + pushes
 
     def _pushes_ended(self) -> int:

@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
@@ -57,22 +56,19 @@ class GenerationProtocol(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         scope = cycle.scope
         # ``app`` is uvicorn's 503 when over --limit-concurrency: that answer stays its,
-        # as does a task run in a context of its own (``reset_contextvars``).
+        # as do a task run in a context of its own (``reset_contextvars``) and the
+        # answers of a connection whose responses go to the access log.
         if (self.door is None or app is not self.app or scope["method"] != "POST"
                 or scope["path"] not in GENERATION_PATHS
-                or self.config.reset_contextvars):
+                or self.config.reset_contextvars or self.access_log):
             super()._start_asgi_task(cycle, app)
             return
-        serve = functools.partial(_serve, self.door, cycle)
+        serve = functools.partial(self.door.serve,
+                                  send_whole=functools.partial(write_whole, cycle))
         # run_asgi: a handler that raises is uvicorn's 500 (or a closed connection).
         task = self.loop.create_task(cycle.run_asgi(serve))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
-
-
-async def _serve(door: FrontDoor, cycle: RequestResponseCycle, scope: Scope,
-                 receive: Receive, send: Send) -> None:
-    await door.serve(scope, receive, send, functools.partial(write_whole, cycle))
 
 
 async def write_whole(cycle: RequestResponseCycle, response: Response) -> bool:
@@ -102,11 +98,11 @@ async def write_whole(cycle: RequestResponseCycle, response: Response) -> bool:
 def _plain(response: Response, cycle: RequestResponseCycle) -> bool:
     # Response.__call__ sends exactly the start with raw_headers, then the body; a
     # subclass that sends otherwise (streams, files) has its own __call__. A response's
-    # own ``connection`` header, and the access log, stay uvicorn's to handle.
+    # own ``connection`` header stays uvicorn's to handle.
+    status = response.status_code
     return (type(response).__call__ is Response.__call__ and response.background is None
-            and response.status_code in STATUS_LINE
-            and response.status_code >= 200 and response.status_code not in _BODILESS
-            and not cycle.response_started and not cycle.access_log
+            and 200 <= status < 600 and status not in _BODILESS
+            and not cycle.response_started
             and all(name != b"connection" for name, _ in response.raw_headers))
 
 
