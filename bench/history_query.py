@@ -51,6 +51,7 @@ import httpx
 from bench.common import (
     busy_share,
     cpu_counters,
+    git_commit,
     machine_summary,
     percentile,
     running_registry,
@@ -280,7 +281,21 @@ def render(results: list[Result], plans: dict[str, Any], data: Dataset) -> str:
         out.extend("  " + line for line in middle["plan"])
     verdict = {label: uses_index(p["plan"]) for label, p in plans.items()}
     out.append(f"Index Scan Backward using {INDEX}, no Sort, no Seq Scan: {verdict}")
+    out.extend(f"{name}: {value:.2f}x" for name, value in ratios(results).items())
     return "\n".join(out)
+
+
+def ratios(results: list[Result]) -> dict[str, float]:
+    """p50 ratios of the middle page: the page by OFFSET over the keyset statement, and
+    the whole API call and the service call over the keyset statement alone."""
+    p50 = {r.layer: r.p50_ms for r in results if r.position == "middle"}
+    keyset = p50.get("sql")
+    if not keyset:
+        return {}
+    named = {"middle page, OFFSET / keyset (sql p50)": p50.get("sql OFFSET (contrast)"),
+             "middle page, api / sql (p50)": p50.get("api"),
+             "middle page, service / sql (p50)": p50.get("service")}
+    return {name: value / keyset for name, value in named.items() if value is not None}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -288,6 +303,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from registry_service.db import migrate  # noqa: PLC0415
     from registry_service.db.engine import Database  # noqa: PLC0415
 
+    commit = git_commit()  # before anything runs: what is measured is this
     pg = PostgresDatabase()
     work = Path(tempfile.mkdtemp(prefix="lp-bench-history-"))
     await pg.create()
@@ -318,15 +334,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     results = api_results + service_results
     print(render(results, plans, data))
-    print(f"machine CPU busy (all processes) while measuring: {busy:.0%}; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    return {"benchmark": "history_query", "cpu_busy_share_while_measuring": round(busy, 2),
+    print(f"commit {commit['commit']}{' (dirty)' if commit['dirty'] else ''}; machine CPU "
+          f"busy (all processes) while measuring: {busy:.0%}; load average "
+          f"{os.getloadavg()[0]:.2f}")
+    return {"benchmark": "history_query", "commit": commit,
+            "cpu_busy_share_while_measuring": round(busy, 2), "ratios": ratios(results),
             "dataset": asdict(data) | {"adapter_ids": None},
             "page_size": PAGE, "results": [asdict(r) for r in results], "plans": plans,
             "uses_keyset_index": {label: uses_index(p["plan"]) for label, p in plans.items()}}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--versions", type=int, default=1_000_000)
     parser.add_argument("--adapters", type=int, default=1000)
@@ -334,14 +352,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json-out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
-    if args.samples < 1:
-        parser.error("--samples must be positive")
+    if args.samples < 1 or args.adapters < 2:
+        parser.error("--samples must be positive, --adapters at least 2 (the hot one and "
+                     "a typical one)")
+    # Every page timed is a full page: the hot adapter's middle one and a typical
+    # adapter's first one.
+    hot = args.versions // 10
+    if hot < 2 * PAGE + 2 or (args.versions - hot) // (args.adapters - 1) < PAGE:
+        parser.error(f"--versions {args.versions} over --adapters {args.adapters}: too few "
+                     f"for full pages of {PAGE} (the hot adapter holds a tenth)")
     machine = machine_summary()
     document = {"machine": machine, **asyncio.run(run(args))}
     text = json.dumps(document, indent=2, default=str)
     print(text)
     if args.json_out is not None:
         args.json_out.write_text(text + "\n")
+    return document
 
 
 if __name__ == "__main__":

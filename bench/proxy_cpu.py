@@ -19,7 +19,8 @@ the adapter cache and the lease; bench/agent_proxy_overhead.py measures those, o
 ``--relay`` measures bench/tcp_relay.py in front of the same stand-in in the same
 rounds: bytes across on uvloop with no HTTP, the least a hop through Python costs.
 ``--bare`` measures this checkout's proxy behind bench/bare_front_door.py instead of
-uvicorn: what the ASGI server and the front door's layers cost a request.
+uvicorn: what the ASGI server and the front door's layers cost a request. ``--granian``
+measures it under granian, an HTTP server in Rust (bench/granian_front_door.py).
 ``--guest-halt-poll-ns NS`` runs every round twice, once as the machine idles and once
 with its idle vCPUs polling up to NS before they halt (bench/haltpoll.py): with
 ``--upstream-delay-ms`` it shows how much of each wake-up's cost is the halt.
@@ -36,6 +37,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +143,14 @@ def serve_bare(port: int, upstream_port: int) -> None:
         runner.run(serve(generate, port))
 
 
-def _start(role: list[str], name: str, source: Path | None, log_dir: Path) -> Any:
+def serve_granian(port: int, upstream_port: int, interface: str) -> None:
+    """The same proxy under granian (bench/granian_front_door.py), ``asgi`` or ``rsgi``."""
+    from bench.granian_front_door import serve  # noqa: PLC0415
+
+    serve(proxy_app(upstream_port), port, interface)
+
+
+def start_role(role: list[str], name: str, source: Path | None, log_dir: Path) -> Any:
     """This file run as a script in ``role``, with ``source`` first on sys.path."""
     from bench.common import REPO  # noqa: PLC0415
     from loraplane.process import ChildProcess  # noqa: PLC0415
@@ -201,10 +211,12 @@ def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
         sources[f"proxy@{commit[:10]}"] = ("--serve-agent", folder)
     if args.bare:
         sources["proxy, bare front door"] = ("--serve-bare", None)
+    for interface in ("asgi", "rsgi") if args.granian else ():
+        sources[f"proxy, granian {interface}"] = (f"--serve-granian-{interface}", None)
     urls: dict[str, tuple[str, int]] = {}
     for name, (role, source) in sources.items():
         port = free_port()
-        process = _start([role, str(port), str(upstream_port)], name, source, work)
+        process = start_role([role, str(port), str(upstream_port)], name, source, work)
         stack.callback(process.stop, 10)
         url = f"http://127.0.0.1:{port}"
         process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
@@ -247,7 +259,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     halt = HaltPoll() if args.guest_halt_poll_ns is not None else None
     upstream_port = free_port()
     with contextlib.ExitStack() as stack:  # the processes, stopped last started first
-        stand_in = _start(["--serve-upstream", str(upstream_port), "--upstream-delay-ms",
+        stand_in = start_role(["--serve-upstream", str(upstream_port), "--upstream-delay-ms",
                            str(args.upstream_delay_ms)], "stand-in", None, work)
         stack.callback(stand_in.stop, 10)
         urls = _start_proxies(args, work, upstream_port, stack)
@@ -277,6 +289,22 @@ def round_ratios(new: list[float], old: list[float]) -> list[float]:
     return [o / n for n, o in zip(new, old, strict=True) if n > 0]
 
 
+def _serve_role(args: argparse.Namespace) -> bool:
+    """Serve the role this process was started in (``start_role``), if it was."""
+    if args.serve_upstream is not None:
+        asyncio.run(serve_upstream(args.serve_upstream, args.upstream_delay_ms / 1000))
+        return True
+    roles: dict[str, Callable[[int, int], None]] = {
+        "serve_agent": serve_agent, "serve_bare": serve_bare,
+        "serve_granian_asgi": partial(serve_granian, interface="asgi"),
+        "serve_granian_rsgi": partial(serve_granian, interface="rsgi")}
+    for attr, serve in roles.items():
+        if (ports := getattr(args, attr)) is not None:
+            serve(ports[0], ports[1])
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="per round (2000)")
@@ -295,6 +323,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="also measure this checkout's proxy behind "
                              "bench/bare_front_door.py instead of uvicorn: what the ASGI "
                              "server and the front door's layers cost a request")
+    parser.add_argument("--granian", action="store_true",
+                        help="also measure this checkout's proxy under granian (Rust's "
+                             "hyper), its ASGI app and Proxy.generate through RSGI "
+                             "(bench/granian_front_door.py)")
+    for interface in ("asgi", "rsgi"):
+        parser.add_argument(f"--serve-granian-{interface}", type=int, nargs=2,
+                            default=None, help=argparse.SUPPRESS)
     parser.add_argument("--relay", action="store_true",
                         help="also measure bench/tcp_relay.py (bytes across, no HTTP) in "
                              "front of the same stand-in: the least a Python hop costs")
@@ -305,14 +340,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "back at the end")
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.serve_upstream is not None:
-        asyncio.run(serve_upstream(args.serve_upstream, args.upstream_delay_ms / 1000))
-        return {}
-    if args.serve_agent is not None:
-        serve_agent(*args.serve_agent)
-        return {}
-    if args.serve_bare is not None:
-        serve_bare(*args.serve_bare)
+    if _serve_role(args):
         return {}
     if args.requests < 1 or args.rounds < 1 or args.upstream_delay_ms < 0:
         parser.error("--requests and --rounds must be positive, --upstream-delay-ms not "

@@ -20,16 +20,18 @@ def test_the_proxy_cpu_benchmark_measures_every_proxy_and_the_relay(tmp_path: Pa
     # 300 requests: about 60 ms of the proxy's CPU, several 10 ms ticks, so a round
     # reads more than nothing on a loaded machine too.
     result = main(["--requests", "300", "--rounds", "2", "--also-commit", "HEAD",
-                   "--bare", "--relay", "--json-out", str(out)])
+                   "--bare", "--granian", "--relay", "--json-out", str(out)])
     assert json.loads(out.read_text()) == result
     names = list(result["cpu_ms_per_request"])
     assert names[0] == "proxy" and names[1].startswith("proxy@")
-    assert names[2:] == ["proxy, bare front door", "relay"]
+    others = ["proxy, bare front door", "proxy, granian asgi", "proxy, granian rsgi"]
+    assert names[2:] == [*others, "relay"]
     assert list(result["wall_ms_per_request"]) == names
-    for name in names[:3]:  # the relay's CPU may stay under one 10 ms tick
+    for name in names[:5]:  # the relay's CPU may stay under one 10 ms tick
         assert all(v > 0 for v in result["cpu_ms_per_request"][name])
-    bare, bare_half_width = result["ratio_to_proxy, bare front door"]
-    assert bare > 0 and bare_half_width >= 0
+    for name in others:
+        ratio, half_width = result[f"ratio_to_{name}"]
+        assert ratio > 0 and half_width >= 0
     for kind in ("cpu_ms_per_request", "wall_ms_per_request"):
         assert all(len(v) == 2 and min(v) >= 0 for v in result[kind].values())
     assert all(w > 0 for v in result["wall_ms_per_request"].values() for w in v)
