@@ -260,7 +260,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     upstream_port = free_port()
     with contextlib.ExitStack() as stack:  # the processes, stopped last started first
         stand_in = start_role(["--serve-upstream", str(upstream_port), "--upstream-delay-ms",
-                           str(args.upstream_delay_ms)], "stand-in", None, work)
+                               str(args.upstream_delay_ms)], "stand-in", None, work)
         stack.callback(stand_in.stop, 10)
         urls = _start_proxies(args, work, upstream_port, stack)
         with MachineLoad() as load, (halt.restored() if halt else contextlib.nullcontext()):
