@@ -67,7 +67,13 @@ async def open_uploads(harness: RegistryHarness) -> list[str]:
         root = settings.blob_dir
         return sorted(str(p) for p in root.rglob(".*.tmp")) if root.exists() else []
     assert harness.s3 is not None and settings.s3_bucket is not None
-    listing = harness.s3.client().list_multipart_uploads(Bucket=settings.s3_bucket)
+    client = harness.s3.client()
+    try:
+        listing = client.list_multipart_uploads(Bucket=settings.s3_bucket)
+    except client.exceptions.NoSuchBucket:
+        # The registry makes its bucket at its first write; an upload refused before
+        # one (a bad digest, seen first on a loaded machine) leaves none to list.
+        return []
     return sorted(u["Key"] for u in listing.get("Uploads", []))
 
 
