@@ -23,13 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from bench.proxy_cpu import start_role
-from devharness.processes import http_probe
-from loraplane.netutil import free_port
+from bench.proxy_cpu import start_proxy
 
-READY_TIMEOUT_S = 60.0
-# path name -> proxy_cpu's role serving it
-ROLES = {"app (base)": "--serve-agent", "bare (base)": "--serve-bare"}
+# path name -> (proxy_cpu's role serving it, whether it answers streams)
+ROLES = {"app (base)": ("--serve-agent", True), "bare (base)": ("--serve-bare", False)}
 
 
 @dataclass(frozen=True)
@@ -50,15 +47,7 @@ def base_proxies(vllm_url: str, work: Path) -> Iterator[list[BaseProxy]]:
     work.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         proxies = []
-        for name, role in ROLES.items():
-            port = free_port()
-            process = start_role([role, str(port), str(upstream_port)],
-                                 name.split(" ", 1)[0], None, work)
-            stack.callback(process.stop, 10)
-            url = f"http://127.0.0.1:{port}"
-            process.wait_ready(http_probe(f"{url}/healthz"), READY_TIMEOUT_S, interval_s=0.2)
-            assert process.pid is not None
-            proxies.append(BaseProxy(name, url, process.pid, streams=role != "--serve-bare"))
+        for name, (role, streams) in ROLES.items():
+            url, pid = start_proxy(stack, role, name, upstream_port, work)
+            proxies.append(BaseProxy(name, url, pid, streams))
         yield proxies
-
-

@@ -195,6 +195,21 @@ async def _timed_requests(url: str, count: int, pid: int) -> tuple[float, float]
     return (after - before) / count, wall / count
 
 
+def start_proxy(stack: contextlib.ExitStack, role: str, name: str, upstream_port: int,
+                work: Path, source: Path | None = None) -> tuple[str, int]:
+    """A proxy of this file's ``role`` in front of ``upstream_port``, ready (its
+    ``/healthz`` answers), stopped when ``stack`` closes: its URL and its pid."""
+    from devharness.processes import http_probe  # noqa: PLC0415
+    from loraplane.netutil import free_port  # noqa: PLC0415
+
+    port = free_port()
+    process = start_role([role, str(port), str(upstream_port)], name, source, work)
+    stack.callback(process.stop, 10)
+    url = f"http://127.0.0.1:{port}"
+    process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
+    return url, process.pid
+
+
 def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
                    stack: contextlib.ExitStack) -> dict[str, tuple[str, int]]:
     """Each proxy measured (this checkout's, ``--also-commit``'s, ``--bare``, ``--relay``)
@@ -202,8 +217,6 @@ def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
     its pid)."""
     from bench.proxy_floor import start_relay  # noqa: PLC0415
     from bench.proxy_variants import archive  # noqa: PLC0415
-    from devharness.processes import http_probe  # noqa: PLC0415
-    from loraplane.netutil import free_port  # noqa: PLC0415
 
     sources: dict[str, tuple[str, Path | None]] = {"proxy": ("--serve-agent", None)}
     if args.also_commit is not None:
@@ -215,12 +228,7 @@ def _start_proxies(args: argparse.Namespace, work: Path, upstream_port: int,
         sources[f"proxy, granian {interface}"] = (f"--serve-granian-{interface}", None)
     urls: dict[str, tuple[str, int]] = {}
     for name, (role, source) in sources.items():
-        port = free_port()
-        process = start_role([role, str(port), str(upstream_port)], name, source, work)
-        stack.callback(process.stop, 10)
-        url = f"http://127.0.0.1:{port}"
-        process.wait_ready(http_probe(f"{url}/healthz"), 60.0, interval_s=0.2)
-        urls[name] = (url, process.pid)
+        urls[name] = start_proxy(stack, role, name, upstream_port, work, source)
     if args.relay:
         relay = start_relay(stack, f"127.0.0.1:{upstream_port}", work)
         urls["relay"] = (relay.url, relay.pid)
