@@ -1,6 +1,8 @@
 """The fan-out benchmark's fleet: one registry (Postgres, SeaweedFS as S3, NATS), one
 stand-in for vLLM (``devharness/vllm_standin.py``) listening on one port per agent, and
 up to a hundred real ``loraplane agent`` processes, each pointed at its own port.
+With ``also`` (``bench/fanout.py --also-commit REV``), every other agent runs the code
+of commit REV (``git archive``, ``bench/proxy_variants.py``), the rest this checkout's.
 
 Everything is a process of its own, stopped (and the database dropped) on exit. The
 agents' reports are read straight from the registry's database, so watching them costs
@@ -27,6 +29,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import REPO, proc_meminfo_kb
+from bench.fanout_versus import LABELS, NEW, OLD, cpu_group
+from bench.proxy_variants import CommitAgentProcess, archive
 from bench.sched_probe import named
 from devharness.processes import clean_env, http_probe
 from devharness.services import NatsService, PostgresDatabase, start_s3_and_nats
@@ -84,6 +88,29 @@ def check_room(count: int) -> None:
                      f"{RESERVE_MB} MB reserve); the machine has {available_mb} MB")
 
 
+@dataclass(frozen=True)
+class OtherCommit:
+    """The commit half the fleet runs (``--also-commit``): as named, resolved, and its
+    source (``git archive``)."""
+
+    rev: str
+    commit: str
+    source: Path
+
+    @classmethod
+    def archived(cls, rev: str, work: Path) -> OtherCommit:
+        commit, source = archive(rev, work)
+        return cls(rev, commit, source)
+
+
+class CommitAgent(CommitAgentProcess):
+    """``CommitAgentProcess`` on the port the fleet picked (below the ephemeral range)."""
+
+    def __init__(self, spec: AgentSpec, log_dir: Path, port: int, other: OtherCommit) -> None:
+        self.source, self.commit = other.source, other.commit
+        AgentProcess.__init__(self, spec, log_dir, port)
+
+
 class StandInProcess:
     """``python -m devharness.vllm_standin`` with ``ports`` ports."""
 
@@ -126,6 +153,8 @@ class Fleet:
     tokens: dict[str, str] = field(default_factory=dict)
     next_port: int = 0
     agent_ports: set[int] = field(default_factory=set)
+    also: OtherCommit | None = None
+    old_agents: set[str] = field(default_factory=set)
 
     def make_tokens(self, agent_ids: Iterable[str]) -> None:
         """Agent tokens made ahead, while the registry is idle: one busy serving a
@@ -148,8 +177,7 @@ class Fleet:
                              base_model=BASE_MODEL, cache_dir=self.work / "cache" / agent_id,
                              registry=self.registry.url, token=token, nats_url=self.nats.url,
                              max_loaded=256, settings=AGENT_SETTINGS)
-            agent = self.agents[agent_id] = AgentProcess(spec, self.work / "agents",
-                                                         quiet_port(self.agent_ports))
+            agent = self.agents[agent_id] = self._agent(spec)
             agent.process.start()
             started.append(agent_id)
         for agent_id in started:
@@ -158,6 +186,18 @@ class Fleet:
             # on a shared 2-core machine took over 600 s.
             agent.process.wait_ready(http_probe(f"{agent.url}/readyz"), 1800, interval_s=0.5)
         return started
+
+    def _agent(self, spec: AgentSpec) -> AgentProcess:
+        """This checkout's agent; with ``also``, every other one of that commit."""
+        port, log_dir = quiet_port(self.agent_ports), self.work / "agents"
+        if self.also is None or self.next_port % 2 == 1:
+            return AgentProcess(spec, log_dir, port)
+        self.old_agents.add(spec.agent_id)
+        return CommitAgent(spec, log_dir, port, self.also)
+
+    def group_of(self, agent_id: str) -> str:
+        """``OLD`` for an agent of the other commit, else ``NEW``."""
+        return OLD if agent_id in self.old_agents else NEW
 
     def port_of(self, agent_id: str) -> int:
         return int(self.agents[agent_id].spec.vllm_url.rsplit(":", 1)[1])
@@ -208,7 +248,15 @@ class Fleet:
                 "seaweedfs": named("weed"), "nats": named("nats-server"),
                 "postgres": named("postgres"),
                 # This process: watching for the reports, and reading the stand-in.
-                "bench": [os.getpid()]}
+                "bench": [os.getpid()], **self._version_groups()}
+
+    def _version_groups(self) -> dict[str, list[int]]:
+        """With ``also``: the agents of each version, apart."""
+        if self.also is None:
+            return {}
+        return {cpu_group(label): [p for a_id, a in self.agents.items()
+                                   if self.group_of(a_id) == label and (p := a.process.pid)]
+                for label in LABELS}
 
     def registry_pid(self) -> int:
         pid = self.registry.process.pid
@@ -217,8 +265,10 @@ class Fleet:
 
 
 @contextlib.asynccontextmanager
-async def running_fleet(work: Path, *, ports: int,
-                        stale_after_s: float = STALE_AFTER_S) -> AsyncIterator[Fleet]:
+async def running_fleet(work: Path, *, ports: int, stale_after_s: float = STALE_AFTER_S,
+                        also: str | None = None) -> AsyncIterator[Fleet]:
+    """``also``: a commit every other agent runs (see ``Fleet._agent``)."""
+    other = None if also is None else OtherCommit.archived(also, work / "also-commit")
     async with contextlib.AsyncExitStack() as stack:
         s3, nats = start_s3_and_nats(stack, work)
         database = PostgresDatabase()
@@ -236,7 +286,7 @@ async def running_fleet(work: Path, *, ports: int,
         standin = StandInProcess(work, ports)
         stack.callback(standin.process.stop)
         standin.start()
-        fleet = Fleet(work, registry, nats, database, standin)
+        fleet = Fleet(work, registry, nats, database, standin, also=other)
         stack.callback(lambda: [a.stop() for a in list(fleet.agents.values())])
         yield fleet
 

@@ -81,3 +81,10 @@ class CapacityExhausted(RetryableError):
     """Every loaded version has requests in flight, so nothing can be evicted now."""
 
     code = "capacity_exhausted"
+
+
+class TenantSlotsFull(CapacityExhausted):
+    """A tenant's requests in flight already hold its share of the loaded-adapter
+    slots; one more version of its own would take another tenant's."""
+
+    code = "tenant_slots_full"

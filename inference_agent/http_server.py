@@ -23,6 +23,7 @@ from uvicorn.server import ServerState
 
 from inference_agent.serving.direct_protocol import GenerationProtocol
 from inference_agent.settings import AgentSettings
+from loraplane.http_guard import ConnectionLimits, bounded_by_descriptors, with_limits
 
 # uvicorn's own wait for connections, after the agent already waited for its requests.
 SERVER_CLOSE_S = 2
@@ -36,10 +37,14 @@ HTTP_PROTOCOL = GenerationProtocol
 
 
 def server_config(app: Any, settings: AgentSettings) -> uvicorn.Config:
-    """The agent's HTTP server: the OpenAI-compatible port, metrics and health."""
-    return uvicorn.Config(app, log_level=settings.log_level, lifespan="on", access_log=False,
-                          timeout_graceful_shutdown=SERVER_CLOSE_S,
-                          timeout_keep_alive=KEEP_ALIVE_S, http=HTTP_PROTOCOL)
+    """The agent's HTTP server: the OpenAI-compatible port, metrics and health; its
+    connections keep to the header timeout and connection cap of the settings."""
+    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on",
+                            access_log=False, timeout_graceful_shutdown=SERVER_CLOSE_S,
+                            timeout_keep_alive=KEEP_ALIVE_S, http=HTTP_PROTOCOL)
+    return with_limits(config, ConnectionLimits(
+        header_timeout_s=settings.header_timeout_s,
+        max_connections=bounded_by_descriptors(settings.max_connections)))
 
 
 class DatedState(ServerState):

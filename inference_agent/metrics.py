@@ -106,6 +106,12 @@ class AgentMetrics:
         self.event_delay = Histogram("loraplane_agent_event_delay_seconds",
                                      "From an event's commit in the registry (its time) to "
                                      "its receipt here", buckets=_STAGE_BUCKETS, registry=r)
+        self.events_rejected = Counter("loraplane_agent_events_rejected",
+                                       "Messages from the event stream not believed, by "
+                                       "reason: unsigned, malformed, unknown_key, "
+                                       "bad_signature (not signed by the registry), "
+                                       "invalid (signed, yet not a valid event)",
+                                       ["reason"], registry=r)
         self.bytes_downloaded = Counter("loraplane_agent_downloaded_bytes",
                                         "Adapter bytes downloaded from the registry",
                                         registry=r)

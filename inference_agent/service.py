@@ -5,7 +5,9 @@ the reconcile workers and queue the watched folders → read the registry's snap
 reconcile every adapter → load pinned and pre-warmed adapters → ready; then follow the
 event stream from the snapshot, resync periodically, report status, watch the local
 folder. One TaskGroup owns every task; one work queue and one reconciler handle every
-key, from the registry and from the watched folder alike.
+key, from the registry and from the watched folder alike. A periodic task that fails
+with an ``OSError`` (no descriptor left, a full disk) is logged and started again
+(``keep_running``) instead of ending the TaskGroup, and with it the agent.
 
 Shutdown (SIGTERM/SIGINT, or ``stop()``): ``Agent._shutdown`` lists the stages in order:
 stop intake (the proxy answers 503, the work queue takes no more keys), let proxied
@@ -20,7 +22,7 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from inference_agent.control.follower import Follower, resync_every
 from inference_agent.control.keys import ALL, CREDENTIALS, VLLM
 from inference_agent.control.reconciler import Reconciler
 from inference_agent.control.swap import Swapper
+from inference_agent.control.trust import EventTrust
 from inference_agent.control.watchdir import WatchDirSource
 from inference_agent.control.workqueue import Backoff, WorkQueue
 from inference_agent.errors import AgentError, RegistryUnavailable, VllmUnavailable
@@ -53,15 +56,19 @@ from inference_agent.serving.model_server_metrics import ModelServerMetrics
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
+from loraplane.event_signing import EventKeys, InvalidKey
 from loraplane.events import CredentialsChanged, DesiredState, Event
 from loraplane.lora import BaseModelShapes, UnsupportedBaseModel
 from loraplane.naming import parse_model_ref
 from loraplane.nats_auth import describe_nats
+from loraplane.private_files import private_dir
 
 log = logging.getLogger(__name__)
 
 # How long the shutdown waits to tell the registry this agent leaves the fleet.
 _LEAVE_TIMEOUT_S = 2.0
+# How long a periodic task that failed with an OSError waits before it starts again.
+RESTART_DELAY_S = 1.0
 
 
 class AgentConfigError(ValueError):
@@ -90,7 +97,7 @@ def _inference_keys(settings: AgentSettings) -> InferenceKeys:
 
 def _prepare_dir(path: Path) -> None:
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
         probe = path / ".write-probe"
         probe.touch()
         probe.unlink()
@@ -144,9 +151,15 @@ class Agent:
             max_attempts=s.max_attempts, pins=s.pin, prewarm=s.prewarm, local=self.watchdir,
             on_change=self._changed, agent_id=s.agent_id, max_loaded=s.max_loaded)
         self.status = self._build_status()
+        self.trust = EventTrust(EventKeys.from_public(s.event_keys),
+                                fetch=None if s.event_keys or self.registry is None
+                                else self.registry.event_keys,
+                                metrics=self.metrics,
+                                on_refused=lambda: self.reconciler.notify(ALL))
         self.follower = (Follower(s.nats_url, agent_id=s.agent_id, base_model=s.base_model,
-                                  enqueue=self._event_key, metrics=self.metrics,
-                                  security=s.nats_security, on_event=self._event)
+                                  enqueue=self._event_key, trust=self.trust,
+                                  metrics=self.metrics, security=s.nats_security,
+                                  on_event=self._event)
                          if s.nats_url is not None and self.registry is not None else None)
         self.ready = asyncio.Event()
         self.draining = False
@@ -158,7 +171,9 @@ class Agent:
             routes=self.routes, cache=self.cache, leases=self.leases, metrics=self.metrics,
             vllm_url=s.vllm_url, base_model=s.base_model, registry=self.registry,
             keys=self.keys, draining=lambda: self.draining, ready=self.ready.is_set,
-            request_resync=lambda: self.queue.add(VLLM), model_server=model_server.render)
+            request_resync=lambda: self.queue.add(VLLM), model_server=model_server.render,
+            max_body_bytes=s.max_body_bytes, tenant_slots=s.tenant_slots,
+            slot_wait_s=min(s.slot_wait_s, s.load_wait_timeout_s))
         self.url: str | None = None
         self.snapshot: DesiredState | None = None
         self._stop = asyncio.Event()
@@ -291,8 +306,8 @@ class Agent:
         log.info("agent %s: proxy on %s, waiting for vLLM at %s; events from %s", s.agent_id,
                  self.url, s.vllm_url, events)
 
-        def spawn(coro: Coroutine[Any, Any, Any], name: str) -> None:
-            tasks.append(group.create_task(coro, name=name))
+        def spawn(run: Callable[[], Coroutine[Any, Any, Any]], name: str) -> None:
+            tasks.append(group.create_task(keep_running(name, run), name=name))
 
         await self.vllm.wait_ready(s.vllm_ready_timeout_s)
         # Taken again only when a scrape finds it older than its interval.
@@ -300,23 +315,27 @@ class Agent:
         if self.registry is None:
             await self._first_repair()
         self.reconciler.pin_configured()
-        spawn(self.queue.run(self.reconciler.reconcile, s.reconcile_workers), "reconcile")
+        spawn(lambda: self.queue.run(self.reconciler.reconcile, s.reconcile_workers),
+              "reconcile")
         if self.watchdir is not None:
             # Before the snapshot: the registry's reconcile leaves a local name alone.
             self.watchdir.scan()
-            spawn(self.watchdir.run(), "watch-dir")
+            spawn(self.watchdir.run, "watch-dir")
         if self.registry is not None:
             await self._first_credentials()
             assert self.credentials is not None
-            spawn(self.credentials.run(), "credentials")
+            spawn(self.credentials.run, "credentials")
             self.snapshot = await self._first_snapshot(self.reconciler)
             if self.status is not None:
-                spawn(self.status.run(), "status")
+                spawn(self.status.run, "status")
             await self.queue.join()
             await self.reconciler.warm()
-            if self.follower is not None:
-                spawn(self.follower.run(self.snapshot.stream_seq + 1), "follower")
-            spawn(resync_every(s.resync_interval_s, self.reconciler.notify), "resync")
+            if (follower := self.follower) is not None:
+                await self._first_event_keys()
+                start_seq = self.snapshot.stream_seq + 1
+                spawn(lambda: follower.run(start_seq), "follower")
+            spawn(lambda: resync_every(s.resync_interval_s, self.reconciler.notify),
+                  "resync")
         self.ready.set()
         log.info("agent %s ready: %d adapters routed, %d versions loaded", s.agent_id,
                  len(self.routes.adapters()), len(self.cache.loaded_names()))
@@ -346,6 +365,16 @@ class Agent:
                 log.warning("registry not reachable (%s); retrying in %.1fs", exc.message,
                             delay)
                 await asyncio.sleep(delay)
+
+    async def _first_event_keys(self) -> None:
+        """The registry's event keys before the first event; without them every event
+        is refused and read from the registry instead, and they are asked for again at
+        the first event that names a key."""
+        try:
+            await self.trust.refresh()
+        except (AgentError, InvalidKey) as exc:
+            log.warning("the registry's event keys could not be read (%s); events are "
+                        "refused until they are", exc)
 
     async def _first_snapshot(self, reconciler: Reconciler) -> DesiredState:
         """The start-up snapshot; waits out a registry that is down, not a bad token.
@@ -418,6 +447,23 @@ class Agent:
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
+
+
+async def keep_running(name: str, run: Callable[[], Coroutine[Any, Any, Any]],
+                       delay_s: float | None = None) -> None:
+    """Run ``run()`` to its end, starting it again after ``delay_s`` whenever it fails
+    with an ``OSError``: a descriptor limit reached (EMFILE) or a full disk is a passing
+    state of the host, not a reason to end the agent, which a task of its TaskGroup
+    ending with an error would."""
+    while True:
+        try:
+            await run()
+            return
+        except OSError as exc:
+            wait_s = RESTART_DELAY_S if delay_s is None else delay_s
+            log.error("%s failed: %s: %s; starting it again in %.1fs", name,
+                      type(exc).__name__, exc, wait_s)
+            await asyncio.sleep(wait_s)
 
 
 async def _cancel_all(tasks: list[asyncio.Task[Any]], rounds: int = 10,

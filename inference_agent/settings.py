@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import socket
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from loraplane.event_signing import EventKeys, InvalidKey
+from loraplane.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.naming import is_slug
 from loraplane.nats_auth import NatsSettings
@@ -47,10 +50,29 @@ class AgentSettings(BaseSettings, NatsSettings):
     cache_max_bytes: int = Field(default=20 * 1024**3, gt=0)
     max_loaded: int = Field(default=8, gt=0)
     pin: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # The registry's event keys (Ed25519 public keys, base64), pinned: the agent then
+    # believes events signed by these only and never asks the registry for its keys.
+    # Empty: read from the registry (GET /v1/events/keys) at start and on rotation.
+    event_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)
     prewarm: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     host: str = "127.0.0.1"
     port: int = Field(default=9000, ge=0, le=65535)
+    # A client must send a whole request head within this (loraplane/http_guard.py);
+    # a connection accepted while max_connections are open is answered 503 at once
+    # (the cap is lowered to fit the process's descriptor limit).
+    header_timeout_s: float = Field(default=DEFAULT_HEADER_TIMEOUT_S, gt=0, le=600)
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1, le=1_000_000)
+    # The largest generation request body read (413 body_too_large beyond); read only
+    # after the request's token was checked.
+    max_body_bytes: int = Field(default=16 * 1024**2, ge=1024, le=1024**3)
+    # How long a request waits for a loaded-adapter slot (every one held by requests in
+    # flight) before it is answered 503 capacity_exhausted with Retry-After.
+    slot_wait_s: float = Field(default=5.0, gt=0, le=600)
+    # The share of max_loaded one tenant's requests in flight may hold (at least one
+    # slot): a request that would take one more is answered 503 tenant_slots_full.
+    # 1 lets one tenant hold every slot (a single-tenant agent).
+    tenant_slot_share: float = Field(default=0.75, gt=0, le=1)
     agent_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     watch_dir: Path | None = None
     # The tenant every --watch-dir adapter belongs to.
@@ -113,7 +135,7 @@ class AgentSettings(BaseSettings, NatsSettings):
             raise ValueError("must be a tenant name (a slug)")
         return value
 
-    @field_validator("pin", "prewarm", mode="before")
+    @field_validator("pin", "prewarm", "event_keys", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         # "a,b" from the environment, or a list from flags.
@@ -128,6 +150,20 @@ class AgentSettings(BaseSettings, NatsSettings):
         if bad:
             raise ValueError(f"not adapter names: {', '.join(bad)}")
         return value
+
+    @field_validator("event_keys")
+    @classmethod
+    def _event_keys(cls, value: list[str]) -> list[str]:
+        try:
+            EventKeys.from_public(value)
+        except InvalidKey as exc:
+            raise ValueError(f"an event key is not an Ed25519 public key: {exc}") from None
+        return value
+
+    @property
+    def tenant_slots(self) -> int:
+        """Loaded-adapter slots one tenant's requests in flight may hold."""
+        return max(1, math.floor(self.tenant_slot_share * self.max_loaded))
 
     @model_validator(mode="after")
     def _read_token_file(self) -> AgentSettings:

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, TypeAdapter
 
+from loraplane.naming import SLUG_PATTERN
+
 STREAM_NAME = "LORAPLANE"
 SUBJECT_PREFIX = "loraplane.events"
 STREAM_SUBJECTS = f"{SUBJECT_PREFIX}.>"
@@ -29,10 +31,28 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
+# Identifiers are checked as the registry checks them before anything here names a
+# path, a vLLM model, a metric label or a routing decision (the snapshot and the
+# events both pass through these types).
+_SLUG_BODY = SLUG_PATTERN.removeprefix("^").removesuffix("$")
+Slug = Annotated[str, Field(pattern=SLUG_PATTERN)]
+# An event's adapter: a slug, or "" for an event about no adapter (credentials, fleet).
+AdapterField = Annotated[str, Field(pattern=f"^(?:{_SLUG_BODY})?$")]
+# An event's tenant: a slug, "_fleet" (FLEET_TENANT), or "" (a global token's audit).
+TenantField = Annotated[str, Field(pattern=f"^(?:{_SLUG_BODY}|_fleet)?$")]
+VersionNumber = Annotated[int, Field(ge=1, le=2**31 - 1)]
+Revision = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+# A file of a version: it becomes a path in the agent's cache, so no separator, no
+# leading dot, no control character.
+FileName = Annotated[str, Field(min_length=1, max_length=255,
+                                pattern=r"^[^/\\.\x00-\x1f\x7f][^/\\\x00-\x1f\x7f]*$")]
+
+
 class FileRef(_Frozen):
-    name: str
-    size: int
-    sha256: str
+    name: FileName
+    size: int = Field(ge=0)
+    sha256: Sha256Hex
     # Path on the registry, e.g. /v1/adapters/a/versions/3/files/adapter_config.json.
     url: str
     # A presigned GET URL of the blob store, added by the registry's relay as it
@@ -51,11 +71,11 @@ class FileRef(_Frozen):
 class VersionRef(_Frozen):
     """Everything an agent needs to fetch, verify and load one version."""
 
-    adapter: str
-    version: int
-    digest: str
+    adapter: Slug
+    version: VersionNumber
+    digest: Sha256Hex
     base_model: str
-    rank: int
+    rank: int = Field(ge=1)
     alpha: float
     target_modules: list[str]
     files: list[FileRef]
@@ -65,8 +85,8 @@ class _EventBase(_Frozen):
     event_id: str
     seq: int
     time: datetime
-    tenant: str
-    adapter: str
+    tenant: TenantField
+    adapter: AdapterField
 
 
 AliasAction = Literal["publish", "promote", "rollback", "delete", "adapter_deleted"]
@@ -76,13 +96,13 @@ class AdapterUpdated(_EventBase):
     """An alias moved. ``target`` is None when the alias was removed."""
 
     type: Literal["adapter_updated"] = "adapter_updated"
-    alias: str
-    revision: int
+    alias: Slug
+    revision: Revision
     action: AliasAction
     base_model: str
-    version: int | None
-    previous_version: int | None
-    digest: str | None
+    version: VersionNumber | None
+    previous_version: VersionNumber | None
+    digest: Sha256Hex | None
     rank: int | None
     files: list[FileRef]
     target: VersionRef | None
@@ -136,10 +156,10 @@ class RouteRule(_Frozen):
     """A rule of one tenant: requests of that tenant only are routed by it."""
 
     kind: RouteKind
-    key: str
-    adapter: str
-    alias: str
-    tenant: str
+    key: str = Field(min_length=1, max_length=255)
+    adapter: Slug
+    alias: Slug
+    tenant: Slug
     base_model: str
 
 
@@ -153,9 +173,9 @@ class RouteChanged(_EventBase):
 
     type: Literal["route_changed"] = "route_changed"
     kind: RouteKind
-    key: str
+    key: str = Field(min_length=1, max_length=255)
     rule: RouteRule | None
-    route_revision: int | None = None
+    route_revision: Revision | None = None
 
 
 class CredentialsChanged(_EventBase):
@@ -200,10 +220,27 @@ class TokenRevoked(_EventBase):
     role: str
 
 
+class AgentBindingReleased(_EventBase):
+    """Audit only: a global admin freed ``agent_id`` from the (revoked) token bound to
+    it, so another agent token may bind it. ``tenant`` and ``adapter`` are ""."""
+
+    type: Literal["agent_binding_released"] = "agent_binding_released"
+    agent_id: str
+    token_id: int
+
+
+class AdapterNameFreed(_EventBase):
+    """Audit only: a global admin freed the retired name ``adapter`` (of a deleted
+    adapter of ``tenant``), so that any tenant may create an adapter of that name."""
+
+    type: Literal["adapter_name_freed"] = "adapter_name_freed"
+
+
 # Everything ``GET /v1/events`` may list: the published events and the audit-only ones.
 AuditEvent = Annotated[
     AdapterUpdated | VersionPublished | AdapterDeleted | PlacementChanged | RouteChanged
-    | CredentialsChanged | FleetChanged | AdapterCreated | TokenIssued | TokenRevoked,
+    | CredentialsChanged | FleetChanged | AdapterCreated | TokenIssued | TokenRevoked
+    | AgentBindingReleased | AdapterNameFreed,
     Field(discriminator="type"),
 ]
 AUDIT_ADAPTER: TypeAdapter[AuditEvent] = TypeAdapter(AuditEvent)
@@ -214,14 +251,14 @@ def parse_event(raw: bytes | str) -> Event:
 
 
 class DesiredAlias(_Frozen):
-    alias: str
-    revision: int
+    alias: Slug
+    revision: Revision
     target: VersionRef
 
 
 class DesiredAdapter(_Frozen):
-    tenant: str
-    name: str
+    tenant: Slug
+    name: Slug
     base_model: str
     aliases: list[DesiredAlias]
     # How many agents keep it hot (see loraplane.placement); None: no placement.

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from loraplane.api.text import is_unsafe
 from loraplane_cli.client import CliError
 
 # A pipe has no width; rich would wrap at 80 columns and break lines that scripts grep.
@@ -29,6 +30,33 @@ def _console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or os.environ.get("COLUMNS") else _PIPE_WIDTH
     return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def terminal_safe(text: str, *, newlines: bool = False) -> str:
+    """``text`` with every character that could steer a terminal written as an escape.
+
+    Control characters (ESC starts the sequences that move the cursor, retitle the
+    window or rewrite the screen), bidi overrides and the other format characters
+    become ``\\x1b``, ``\\u202e``, ... so a name from the server shows what it holds.
+    With ``newlines``, line breaks and tabs are kept (a message of several lines).
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    kept = "\n\t" if newlines else ""
+    return "".join(
+        _escaped(char) if is_unsafe(char) and char not in kept else char for char in text
+    )
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _safe(text: str) -> str:
+    return terminal_safe(text, newlines=True)
 
 
 def human_size(size: int | None) -> str:
@@ -66,13 +94,14 @@ def short_digest(digest: Any) -> str:
 
 
 def cell(value: Any) -> str:
+    """One value as table or field text, escaped for the terminal (:func:`terminal_safe`)."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list | tuple):
         return ", ".join(cell(v) for v in value) or "-"
-    return str(value)
+    return terminal_safe(str(value))
 
 
 class Output:
@@ -107,23 +136,26 @@ class Output:
         sys.stdout.flush()
 
     # Lines are never wrapped by us (soft_wrap): a terminal wraps them itself, and a pipe
-    # must get each line whole, however long.
+    # must get each line whole, however long. Every text is made terminal_safe: most
+    # hold names or messages from the server.
     def line(self, text: str = "", *, markup: bool = True) -> None:
+        text = terminal_safe(text, newlines=True)
         self.out.print(text if markup else escape(text), soft_wrap=True)
 
     def info(self, text: str) -> None:
         """A status line for people; kept off stdout so it never mixes into results."""
         if not self.json_mode:
-            self.err.print(text, soft_wrap=True)
+            self.err.print(terminal_safe(text, newlines=True), soft_wrap=True)
 
     def warn(self, text: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {escape(text)}", soft_wrap=True)
+        self.err.print(f"[yellow]warning:[/] {escape(_safe(text))}", soft_wrap=True)
 
     def error(self, exc: CliError) -> None:
-        code = f" [dim]\\[{escape(exc.code)}][/]" if exc.code != "cli_error" else ""
-        self.err.print(f"[bold red]error:[/] {escape(exc.message)}{code}", soft_wrap=True)
+        code = f" [dim]\\[{escape(_safe(exc.code))}][/]" if exc.code != "cli_error" else ""
+        self.err.print(f"[bold red]error:[/] {escape(_safe(exc.message))}{code}",
+                       soft_wrap=True)
         if exc.hint:
-            self.err.print(f"[dim]hint:[/] {escape(exc.hint)}", soft_wrap=True)
+            self.err.print(f"[dim]hint:[/] {escape(_safe(exc.hint))}", soft_wrap=True)
         if self.json_mode:
             self.json(exc.as_json())
 
@@ -139,6 +171,7 @@ class Output:
         if not materialized:
             self.out.print(f"[dim]{escape(empty)}[/]")
             return
+        title = terminal_safe(title) if title is not None else None
         table = Table(title=title, title_justify="left", header_style="bold")
         for name in columns:
             # Fold rather than truncate: a cut-off digest or id is worse than a tall row.

@@ -11,6 +11,7 @@ from fastapi_offline import FastAPIOffline
 
 from loraplane import __version__
 from loraplane.nats_auth import describe_nats
+from registry_service.adapters.routes import retired_names
 from registry_service.adapters.routes import router as adapters_router
 from registry_service.agents.fleet import FleetWatcher
 from registry_service.agents.report_writer import ReportWriter
@@ -35,6 +36,7 @@ from registry_service.desired.routes import router as desired_router
 from registry_service.events.file_links import event_file_linker
 from registry_service.events.relay import EventRelay
 from registry_service.events.routes import router as events_router
+from registry_service.events.signing import event_signer
 from registry_service.metrics import RegistryMetrics
 from registry_service.routing.routes import router as routing_router
 from registry_service.settings import RegistrySettings
@@ -59,12 +61,15 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         await collector.start()
         stack.push_async_callback(collector.stop)
         metrics: RegistryMetrics = app.state.metrics
-        # The embedded nats-server listens on loopback only and takes no credentials.
+        # The embedded nats-server listens on loopback only; the registry connects to it
+        # as its user "registry" (loraplane/nats_permissions.py).
         nats_url = nats.url if nats is not None else str(settings.nats_url)
-        security = settings.nats_security if nats is None else None
-        linker = event_file_linker(settings, blobs, security)
+        security = settings.nats_security if nats is None else nats.security()
+        # "auto" adds presigned URLs to events only on an external NATS (file_links.py).
+        linker = event_file_linker(settings, blobs,
+                                   settings.nats_security if nats is None else None)
         relay = EventRelay(db, nats_url, settings=settings, metrics=metrics, security=security,
-                           linker=linker)
+                           linker=linker, signer=event_signer(settings))
         db.on_outbox_commit(relay.notify)
         await relay.start()
         stack.push_async_callback(relay.stop)
@@ -100,7 +105,8 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit=lambda: settings.max_json_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     install_error_handlers(app)
-    for router in (health_router, adapters_router, versions_router, aliases_router,
+    for router in (health_router, adapters_router, retired_names, versions_router,
+                   aliases_router,
                    routing_router, events_router, desired_router, agents_router,
                    tokens_router, blobs_router):
         app.include_router(router)

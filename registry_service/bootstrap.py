@@ -6,7 +6,14 @@ import logging
 import os
 from pathlib import Path
 
-from loraplane.embedded_nats import EmbeddedNats
+from loraplane.embedded_nats import (
+    EmbeddedAuth,
+    EmbeddedNats,
+    EmbeddedNatsError,
+    PortInUse,
+    data_dir_port,
+)
+from loraplane.private_files import private_dir
 from registry_service.auth.models import ApiToken
 from registry_service.auth.service import ensure_bootstrap_admin, new_secret
 from registry_service.blobs.base import BlobStore
@@ -20,8 +27,9 @@ log = logging.getLogger(__name__)
 
 
 def prepare_data_dir(settings: RegistrySettings) -> None:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    settings.staging_dir.mkdir(parents=True, exist_ok=True)
+    # Token hashes, the audit log, blobs, uploads: for the registry's user only.
+    private_dir(settings.data_dir)
+    private_dir(settings.staging_dir)
     # Nothing is uploading yet: whatever staging holds, a killed run left behind.
     sweep_staging(settings.staging_dir)
     if settings.blob_kind == "local":
@@ -48,6 +56,23 @@ def bootstrap_secret(settings: RegistrySettings) -> str | None:
     return None
 
 
+# compose.yaml's fallback for LORAPLANE_ADMIN_TOKEN: published in this repository, so
+# anyone who reaches a registry started with it is its admin.
+COMPOSE_DEFAULT_ADMIN_TOKEN = "lp_local-only-admin-token-change-me"
+
+
+def warn_if_published_admin_token(settings: RegistrySettings) -> bool:
+    """Log a warning when the admin token is compose.yaml's published default."""
+    if settings.admin_token is None or \
+            settings.admin_token.get_secret_value() != COMPOSE_DEFAULT_ADMIN_TOKEN:
+        return False
+    log.warning("LORAPLANE_ADMIN_TOKEN is compose.yaml's published default (%s...): anyone "
+                "who reaches this registry is its admin. Fine for a laptop demo; anywhere "
+                "else set LORAPLANE_ADMIN_TOKEN to a secret of your own and restart",
+                COMPOSE_DEFAULT_ADMIN_TOKEN[:9])
+    return True
+
+
 def _warn_if_revoked(settings: RegistrySettings, token: ApiToken) -> None:
     if token.revoked_at is None:
         return
@@ -67,6 +92,7 @@ async def prepare_database(settings: RegistrySettings) -> Database:
         else:
             await migrate.ensure_at_head(db)
         secret = bootstrap_secret(settings)
+        warn_if_published_admin_token(settings)
         if secret is not None:
             async with db.session() as session:
                 token = await ensure_bootstrap_admin(session, secret)
@@ -96,9 +122,28 @@ def build_blobs(settings: RegistrySettings) -> BlobStore:
     )
 
 
+def embedded_nats_port(settings: RegistrySettings) -> int:
+    """The embedded NATS port of this data folder: forced, recorded, or chosen and recorded."""
+    return data_dir_port(settings.embedded_nats_dir, settings.embedded_nats_port)
+
+
 async def start_embedded_nats(settings: RegistrySettings) -> EmbeddedNats | None:
+    """The embedded nats-server of this data folder, started and proven to be the one
+    answering on its port; start-up fails with the reason otherwise."""
     if not settings.uses_embedded_nats:
         return None
-    nats = EmbeddedNats(settings.data_dir / "nats", port=settings.embedded_nats_port)
-    await nats.start_async()
+    store = settings.embedded_nats_dir
+    port = embedded_nats_port(settings)
+    nats = EmbeddedNats(store, port=port, auth=EmbeddedAuth.load_or_create(store))
+    try:
+        await nats.start_async()
+    except PortInUse as exc:
+        how = (f"LORAPLANE_EMBEDDED_NATS_PORT={port} is forced"
+               if settings.embedded_nats_port is not None
+               else f"port {port} is recorded in {store / 'port'} (delete that file to have "
+                    "a free port chosen)")
+        raise EmbeddedNatsError(f"{exc}; {how}. Another registry on this host? Each data "
+                                "folder needs its own port (LORAPLANE_EMBEDDED_NATS_PORT)") \
+            from None
+    log.info("embedded NATS at %s", nats.describe())
     return nats

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from loraplane.embedded_nats import EmbeddedNats
 from registry_service.agents.fleet import FleetWatcher
@@ -14,6 +15,9 @@ from registry_service.events.relay import EventRelay
 from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
 from registry_service.versions.slots import UploadSlots
+
+if TYPE_CHECKING:
+    from registry_service.ui.stream import StreamHub
 
 
 @dataclass
@@ -30,3 +34,5 @@ class RegistryContext:
     # Adds presigned blob URLs to events and snapshots (None: LORAPLANE_EVENT_FILE_URLS
     # leaves them out); see events/file_links.py.
     file_linker: FileLinker | None = None
+    # The /ui live streams and their one shared reader (ui/stream.py), from the first.
+    ui_streams: StreamHub | None = None

@@ -95,6 +95,11 @@ class InsufficientStorage(RegistryError):
     retryable = True
 
 
+class BlobStoreFull(InsufficientStorage):
+    """The blob store is out of space (a local disk or quota, an S3 server that says it
+    is full): 507, not the 503 of an unreachable store."""
+
+
 class LocalStorageError(RegistryError):
     """The registry's own disk failed otherwise; the client's input was not at fault."""
 

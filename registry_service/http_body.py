@@ -13,7 +13,7 @@ Only the attribute and the three operations uvicorn applies to it are relied on
 
 from __future__ import annotations
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from loraplane.http_guard import GuardedProtocol
 
 
 class Chunks:
@@ -38,8 +38,10 @@ class Chunks:
         return b"".join(self._pieces)
 
 
-class UncopiedBodyProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` whose requests keep their body chunks in ``Chunks``."""
+class UncopiedBodyProtocol(GuardedProtocol):
+    """uvicorn's ``HttpToolsProtocol`` whose requests keep their body chunks in
+    ``Chunks``, and whose connections keep to ``loraplane.http_guard``'s header timeout
+    and connection cap."""
 
     def on_body(self, body: bytes) -> None:
         cycle = self.cycle

@@ -12,8 +12,12 @@ import logging
 import uvicorn
 from sqlalchemy.engine import make_url
 
+from loraplane.embedded_nats import PASSWORD_FILES, EmbeddedNatsError
+from loraplane.http_guard import ConnectionLimits, bounded_by_descriptors, with_limits
 from loraplane.nats_auth import describe_nats
+from loraplane.nats_permissions import AGENT_USER
 from registry_service.app import create_app
+from registry_service.bootstrap import embedded_nats_port
 from registry_service.errors import RegistryError
 from registry_service.http_body import UncopiedBodyProtocol
 from registry_service.memory import return_large_buffers_to_the_os
@@ -43,11 +47,22 @@ def _admin_token_note(settings: RegistrySettings) -> str:
     return "none (set LORAPLANE_ADMIN_TOKEN to create an admin token at start-up)"
 
 
+def _embedded_nats_note(settings: RegistrySettings) -> str:
+    """The embedded NATS's real address (its port is chosen and recorded here at the data
+    folder's first start) and where an agent finds its credentials."""
+    store = settings.embedded_nats_dir
+    try:
+        where = f"nats://127.0.0.1:{embedded_nats_port(settings)}"
+    except (OSError, EmbeddedNatsError) as exc:
+        where = f"nats://127.0.0.1 (port unknown: {exc})"
+    return (f"embedded NATS at {where} (store {store}; agents connect as user "
+            f"{AGENT_USER} with the password in {store / PASSWORD_FILES[AGENT_USER]})")
+
+
 def describe_setup(settings: RegistrySettings) -> dict[str, str]:
     """Where everything is: printed at start so an operator can find the pieces."""
     events = (
-        f"embedded NATS on 127.0.0.1:{settings.embedded_nats_port} "
-        f"(store {settings.data_dir / 'nats'})"
+        _embedded_nats_note(settings)
         if settings.uses_embedded_nats
         else describe_nats(str(settings.nats_url), settings.nats_security)
     )
@@ -95,7 +110,7 @@ class StartupFailure(logging.Filter):
 
 
 def server_config(settings: RegistrySettings) -> uvicorn.Config:
-    return uvicorn.Config(
+    config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
         port=settings.port,
@@ -104,6 +119,11 @@ def server_config(settings: RegistrySettings) -> uvicorn.Config:
         timeout_keep_alive=KEEP_ALIVE_S,
         http=UncopiedBodyProtocol,
     )
+    # A request's head within header_timeout_s, at most max_connections open (each
+    # beyond answered 503 at once): loraplane/http_guard.py.
+    return with_limits(config, ConnectionLimits(
+        header_timeout_s=settings.header_timeout_s,
+        max_connections=bounded_by_descriptors(settings.max_connections)))
 
 
 def run_server(settings: RegistrySettings) -> None:

@@ -8,12 +8,15 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loraplane.event_signing import InvalidKey, decode_private, decode_public
+from loraplane.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
 from loraplane.lora.base_model import BaseModelShapes, UnsupportedBaseModel
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.nats_auth import NatsSettings
 
 DEFAULT_DATA_DIR = Path.home() / ".loraplane"
 ADMIN_TOKEN_FILE = "admin-token"
+SIGNING_KEY_FILE = "event-signing-key"
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 
 
@@ -63,9 +66,21 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # plain http:// only (blobs/s3.py: signs_payload); "on" and "off" decide outright.
     s3_payload_signing: Literal["auto", "on", "off"] = "auto"
 
-    embedded_nats_port: int = Field(default=4223, ge=1, le=65535)
+    # The embedded nats-server's port (LORAPLANE_EMBEDDED_NATS_PORT); unset: a free port
+    # chosen at the data folder's first start and recorded in <data_dir>/nats/port.
+    # A forced port that is taken fails the start.
+    embedded_nats_port: int | None = Field(default=None, ge=1, le=65535)
 
     admin_token: SecretStr | None = None
+
+    # The Ed25519 key (its 32-byte seed, base64) that signs every published event;
+    # registry replicas share it. Or a file holding it. Neither: <data_dir>/
+    # event-signing-key, made at first start (loraplane/event_signing.py).
+    event_signing_key: SecretStr | None = None
+    event_signing_key_file: Path | None = None
+    # Public keys (base64, comma-separated) agents still accept besides the signing
+    # key's: the key a rotation replaces, until every event it signed is consumed.
+    event_verify_keys: str = ""
 
     max_file_bytes: int = Field(default=DEFAULT_MAX_FILE_BYTES, gt=0)
     max_upload_bytes: int = Field(default=4 * 1024**3, gt=0)
@@ -77,6 +92,10 @@ class RegistrySettings(BaseSettings, NatsSettings):
     max_archive_members: int = Field(default=16, gt=0)
     # Every request body but an upload's (JSON), refused with 413 before it is parsed.
     max_json_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    # A client must send a whole request head within this; a connection accepted while
+    # max_connections are open is answered 503 at once (loraplane/http_guard.py).
+    header_timeout_s: float = Field(default=DEFAULT_HEADER_TIMEOUT_S, gt=0, le=600)
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1, le=1_000_000)
     # Uploads one token may have in flight on one registry process; one more gets 429.
     max_uploads_per_token: int = Field(default=4, ge=1, le=1024)
     max_header_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
@@ -88,6 +107,8 @@ class RegistrySettings(BaseSettings, NatsSettings):
     relay_batch_size: int = Field(default=100, gt=0)
     # How often each open /ui live stream looks for changes (one short read per look).
     ui_poll_interval_s: float = Field(default=1.0, gt=0, le=60)
+    # Live /ui streams one token may hold open on one registry process; one more: 429.
+    ui_max_streams_per_token: int = Field(default=8, ge=1, le=1000)
     # How long one publish waits for JetStream's ack.
     relay_publish_timeout_s: float = Field(default=5.0, gt=0)
     # A relay's lease on the outbox rows it is publishing; one that dies loses it then.
@@ -142,7 +163,28 @@ class RegistrySettings(BaseSettings, NatsSettings):
             raise ValueError("max_file_bytes must not exceed max_adapter_bytes")
         for name in self.base_model_configs:
             self.base_shapes(name)
+        self._check_signing_keys()
         return self
+
+    def _check_signing_keys(self) -> None:
+        if self.event_signing_key is not None and self.event_signing_key_file is not None:
+            raise ValueError("set event_signing_key or event_signing_key_file, not both")
+        try:
+            if self.event_signing_key is not None:
+                decode_private(self.event_signing_key.get_secret_value())
+            for text in self.verify_key_texts:
+                decode_public(text)
+        except InvalidKey as exc:
+            raise ValueError(str(exc)) from None
+
+    @property
+    def verify_key_texts(self) -> list[str]:
+        return [part.strip() for part in self.event_verify_keys.split(",") if part.strip()]
+
+    @property
+    def signing_key_file(self) -> Path:
+        """Where the signing key is read from, or kept when the registry makes it."""
+        return self.event_signing_key_file or self.data_dir / SIGNING_KEY_FILE
 
     def base_shapes(self, base_model: str) -> BaseModelShapes | None:
         """The shapes of ``base_model`` when its config is configured, else None.
@@ -188,6 +230,11 @@ class RegistrySettings(BaseSettings, NatsSettings):
     @property
     def uses_embedded_nats(self) -> bool:
         return not self.nats_url
+
+    @property
+    def embedded_nats_dir(self) -> Path:
+        """The embedded NATS's store, log, port file, config and user passwords."""
+        return self.data_dir / "nats"
 
     @property
     def admin_token_file(self) -> Path:

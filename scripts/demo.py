@@ -27,6 +27,8 @@ from devharness.processes import clean_env, http_probe, loraplane_command
 from devharness.testbed import AgentProcess, AgentSpec, LoggedVllmServer, long_context_base
 from devharness.vllm import VllmEnvError, ensure_tiny_model, ensure_vllm_env
 from loraplane.client import AsyncRegistryClient
+from loraplane.embedded_nats import PORT_FILE, EmbeddedAuth
+from loraplane.nats_permissions import AGENT_USER, REGISTRY_USER
 from loraplane.netutil import free_port
 from loraplane.process import ChildProcess, ProcessError
 from registry_service.settings import ADMIN_TOKEN_FILE
@@ -119,7 +121,7 @@ class Cli:
 class Running:
     cli: Cli
     registry_url: str
-    nats_url: str
+    nats: DemoNats
     vllm: DemoVllmServer
     agent: AgentProcess
     model_dir: Path
@@ -156,22 +158,33 @@ def _stopper(name: str, stop: Callable[[], object]) -> Callable[[], None]:
     return stop_and_say
 
 
-def start_registry(run_dir: Path, stack: contextlib.ExitStack) -> tuple[Cli, str, str]:
-    port, nats_port = free_port(), free_port()
+@dataclass(frozen=True)
+class DemoNats:
+    """The registry's embedded NATS: its address and its two users (registry, agent)."""
+
+    url: str
+    auth: EmbeddedAuth
+
+
+def start_registry(run_dir: Path, stack: contextlib.ExitStack) -> tuple[Cli, str, DemoNats]:
+    port = free_port()
     data_dir = run_dir / "registry"
     process = ChildProcess(
         "registry", [*loraplane_command(), "registry", "serve", "--port", str(port)],
-        env=clean_env({"LORAPLANE_DATA_DIR": str(data_dir),
-                       "LORAPLANE_EMBEDDED_NATS_PORT": str(nats_port)}),
+        env=clean_env({"LORAPLANE_DATA_DIR": str(data_dir)}),
         log_path=run_dir / "registry.log", own_group=True)
     stack.callback(_stopper("the registry and its NATS", process.stop))
     process.start()
     url = f"http://127.0.0.1:{port}"
     seconds = process.wait_ready(http_probe(f"{url}/readyz"), 90, interval_s=0.2)
+    # The embedded NATS's port, chosen at the data folder's first start, and the
+    # passwords of its users are in the data folder.
+    store = data_dir / "nats"
+    nats_port = int((store / PORT_FILE).read_text())
     print(f"registry on {url} after {seconds:.1f}s: SQLite and blobs in {data_dir}, "
-          f"its own NATS JetStream on :{nats_port}")
+          f"its own NATS JetStream on :{nats_port} (users registry and agent)")
     cli = Cli(clean_env({"LORAPLANE_REGISTRY": url, "LORAPLANE_DATA_DIR": str(data_dir)}))
-    return cli, url, f"nats://127.0.0.1:{nats_port}"
+    return cli, url, DemoNats(f"nats://127.0.0.1:{nats_port}", EmbeddedAuth.read(store))
 
 
 def agent_token(cli: Cli) -> str:
@@ -194,22 +207,25 @@ def running(run_dir: Path, python: Path, model_dir: Path) -> Iterator[Running]:
                                 extra_args=("--max-model-len", str(MAX_MODEL_LEN)))
         stack.callback(_stopper("vLLM", vllm.stop))
         vllm.start()  # ~35 s on CPU: the registry starts meanwhile
-        cli, registry_url, nats_url = start_registry(run_dir, stack)
+        cli, registry_url, nats = start_registry(run_dir, stack)
         token = agent_token(cli)
         print(f"vLLM on {vllm.url} ready after {vllm.wait_ready(timeout=400):.1f}s "
               f"(CPU build, --enable-lora --max-loras 3, engine at nice {VLLM_NICE})")
         spec = AgentSpec(agent_id="demo-agent", vllm_url=vllm.url, base_model=BASE_MODEL,
                          cache_dir=run_dir / "agent-cache",
                          base_model_config=model_dir / "base" / "config.json",
-                         registry=registry_url, token=token, nats_url=nats_url,
+                         registry=registry_url, token=token, nats_url=nats.url,
                          max_loaded=3, max_lora_rank=vllm.max_lora_rank,
-                         settings=AGENT_SETTINGS)
+                         # The agent user consumes and may publish no event; its
+                         # password goes by environment (LORAPLANE_NATS_PASSWORD).
+                         settings={**AGENT_SETTINGS, "nats_user": AGENT_USER,
+                                   "nats_password": nats.auth.passwords[AGENT_USER]})
         agent = AgentProcess(spec, run_dir)
         stack.callback(_stopper("the agent", agent.stop))
         print("$ loraplane agent " + " ".join(spec.argv(agent.port)[len(loraplane_command())
                                                                      + 1:]))
         print(f"agent on {agent.url} ready after {agent.start():.1f}s")
-        yield Running(cli=cli, registry_url=registry_url, nats_url=nats_url, vllm=vllm,
+        yield Running(cli=cli, registry_url=registry_url, nats=nats, vllm=vllm,
                       agent=agent, model_dir=model_dir)
         step("stop everything")
 
@@ -243,8 +259,11 @@ def main() -> None:
         run_dir = fresh_run_dir(args.data_dir)
         python, model_dir = prepare_model()
         with running(run_dir, python, model_dir) as parts:
+            # The event watch reads the subjects as the registry's user: the agent's
+            # may only pull from its consumer.
             asyncio.run(run_scenario(parts.cli, parts.agent.url, parts.vllm.url,
-                                     parts.nats_url, model_dir / "adapters"))
+                                     parts.nats.url, model_dir / "adapters",
+                                     nats_security=parts.nats.auth.security(REGISTRY_USER)))
     except KeyboardInterrupt:
         print("\ninterrupted: everything the demo started is stopped", file=sys.stderr)
         raise SystemExit(130) from None

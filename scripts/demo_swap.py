@@ -24,6 +24,7 @@ from devharness.waiting import eventually
 from loraplane.api import UploadResult
 from loraplane.client import AsyncRegistryClient
 from loraplane.events import STREAM_SUBJECTS, AdapterUpdated, Event, parse_event
+from loraplane.nats_auth import NatsSecurity
 
 BASE_MODEL = "tiny-llama"
 ADAPTER = "support-bot"
@@ -78,7 +79,7 @@ class EventWatch:
         self.wall_to_monotonic = time.monotonic() - time.time()
         self._client: Any = None
 
-    async def start(self, url: str) -> None:
+    async def start(self, url: str, security: NatsSecurity | None = None) -> None:
         async def record(msg: Msg) -> None:
             event = parse_event(msg.data)
             self.seen.append((time.monotonic(), event))
@@ -86,8 +87,11 @@ class EventWatch:
                     ADAPTER, 2):
                 self.v2_seen.set()
 
-        self._client = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=3)
-        # A plain subscription: JetStream stores these subjects, but anyone may listen.
+        options = security.connect_options() if security is not None else {}
+        self._client = await nats.connect(url, connect_timeout=5, max_reconnect_attempts=3,
+                                          **options)
+        # A plain subscription: JetStream stores these subjects; the embedded server lets
+        # its registry user listen (loraplane/nats_permissions.py).
         await self._client.subscribe(STREAM_SUBJECTS, cb=record)
 
     def committed_at(self, event: Event) -> float:
@@ -289,7 +293,7 @@ def verdict(stream: Completion, reference: Completion, v1_answer: Completion,
 
 
 async def run_scenario(cli: CliRunner, agent_url: str, vllm_url: str, nats_url: str,
-                       adapters: Path) -> None:
+                       adapters: Path, nats_security: NatsSecurity | None = None) -> None:
     step("create the adapter and publish v1")
     cli.run("adapters", "create", ADAPTER, "--base-model", BASE_MODEL, "--tenant", "acme",
             "--description", "first-line support")
@@ -300,7 +304,7 @@ async def run_scenario(cli: CliRunner, agent_url: str, vllm_url: str, nats_url: 
                                                tenant="acme")).secret
     print("$ loraplane token create demo-client --role inference --tenant acme")
     events, vllm = EventWatch(), VllmWatch(vllm_url)
-    await events.start(nats_url)
+    await events.start(nats_url, nats_security)
     watcher = asyncio.create_task(vllm.run())
     try:
         async with OpenAIClient(agent_url, token=client_token) as agent, cli.api() as api:

@@ -29,8 +29,10 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from loraplane.nats_permissions import AGENT_USER, PASSWORD_ENV, REGISTRY_USER
 from registry_service.settings import RegistrySettings
 from tests.compose_support import (
+    COMPOSE_FILE,
     DOCKERIGNORE,
     PREFIX,
     PYPROJECT,
@@ -42,6 +44,7 @@ from tests.compose_support import (
     image_problems,
     interpolate,
     load_compose,
+    service_command,
 )
 
 HEALTHCHECKED = ("postgres", "nats", "s3", "registry")
@@ -53,6 +56,7 @@ PROBES = {
     "registry": "/readyz",
 }
 ONE_SHOTS = ("migrate",)
+NATS_AUTH_CONFIG = COMPOSE_FILE.parent / "deploy" / "nats" / "loraplane-auth.conf"
 S3_SERVICE = "s3"
 
 
@@ -110,6 +114,36 @@ def settings_problems(compose: Compose) -> list[str]:
         wanted = environment(services.get("registry", {})).get("LORAPLANE_DATABASE_URL")
         if url != wanted:
             problems.append(f"{name}: migrates {url}, the registry uses {wanted}")
+    return problems
+
+
+def nats_auth_problems(compose: Compose) -> list[str]:
+    """NATS runs on the shipped users (deploy/nats/loraplane-auth.conf): the registry
+    logs in as the user that may publish, the agent as the one that only consumes, each
+    with the password the NATS server is given."""
+    services = compose["services"]
+    nats = services.get("nats", {})
+    problems = []
+    command = service_command(nats) or []
+    config = command[command.index("--config") + 1] if "--config" in command[:-1] else None
+    mounted = {str(v.get("target")): str(v.get("source")) for v in nats.get("volumes") or []
+               if isinstance(v, dict)}
+    if config is None or config not in mounted:
+        problems.append("nats: does not run on a mounted --config file")
+    elif (COMPOSE_FILE.parent / mounted[config]).resolve() != NATS_AUTH_CONFIG:
+        problems.append(f"nats: its config is {mounted[config]}, not deploy/nats/"
+                        "loraplane-auth.conf")
+    server_env = environment(nats)
+    for service, user in (("registry", REGISTRY_USER), ("agent", AGENT_USER)):
+        env = environment(services.get(service, {}))
+        if env.get("LORAPLANE_NATS_USER") != user:
+            problems.append(f"{service}: is not NATS user {user}")
+        wanted = server_env.get(PASSWORD_ENV[user])
+        if wanted is None or env.get("LORAPLANE_NATS_PASSWORD") != wanted:
+            problems.append(f"{service}: its NATS password is not the {PASSWORD_ENV[user]} "
+                            "the nats service is given")
+        elif not wanted.startswith(f"${{{PASSWORD_ENV[user]}"):
+            problems.append(f"nats: {PASSWORD_ENV[user]} must come from the environment")
     return problems
 
 
@@ -187,6 +221,10 @@ def test_registry_environment_is_a_valid_production_configuration() -> None:
     assert settings_problems(load_compose()) == []
 
 
+def test_nats_gives_the_registry_and_the_agent_their_own_users() -> None:
+    assert nats_auth_problems(load_compose()) == []
+
+
 def test_dependencies_exist_and_are_waited_for() -> None:
     assert dependency_problems(load_compose()) == []
 
@@ -234,6 +272,14 @@ def _wrong_probe(c: Compose) -> None:
     c["services"]["nats"]["healthcheck"]["test"] = ["CMD", "true"]
 
 
+def _nats_without_users(c: Compose) -> None:
+    c["services"]["nats"]["command"] = ["nats-server", "--jetstream", "--store_dir", "/data"]
+
+
+def _agent_as_registry(c: Compose) -> None:
+    c["services"]["agent"]["environment"]["LORAPLANE_NATS_USER"] = "registry"
+
+
 def _cycle(c: Compose) -> None:
     c["services"]["postgres"]["depends_on"] = {"registry": {"condition": "service_healthy"}}
 
@@ -255,6 +301,8 @@ def _unknown_option(c: Compose) -> None:
     (_started_not_completed, "does not wait for migrate to complete"),
     (_wrong_probe, "nats: the healthcheck does not probe"),
     (_cycle, "dependency cycle"),
+    (_nats_without_users, "nats: does not run on a mounted --config file"),
+    (_agent_as_registry, "agent: is not NATS user agent"),
     (_wrong_command, "has no command 'server'"),
     (_unknown_option, "--to"),
 ])
@@ -263,7 +311,7 @@ def test_checks_catch_a_broken_file(change: Callable[[Compose], None], expected:
     change(compose)
     problems = (env_problems(compose) + settings_problems(compose)
                 + dependency_problems(compose) + healthcheck_problems(compose)
-                + image_problems(compose))
+                + image_problems(compose) + nats_auth_problems(compose))
     assert any(expected in p for p in problems), problems
 
 

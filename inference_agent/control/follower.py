@@ -33,9 +33,11 @@ from pydantic import ValidationError
 
 from inference_agent.control.keys import ALL, key_for
 from inference_agent.control.pull import PullStream
+from inference_agent.control.trust import EventTrust
 from inference_agent.control.workqueue import Backoff
 from inference_agent.errors import EventBusUnavailable
 from inference_agent.metrics import AgentMetrics
+from loraplane.event_signing import SIGNATURE_HEADER, Verdict
 from loraplane.events import STREAM_NAME, STREAM_SUBJECTS, Event, parse_event
 from loraplane.nats_auth import ConnectErrors, NatsSecurity, describe_error, describe_nats
 from loraplane.netutil import mask_url
@@ -79,7 +81,8 @@ class Follower:
     """Follows the stream for one agent and base model until cancelled."""
 
     def __init__(self, url: str, *, agent_id: str, base_model: str, enqueue: Enqueue,
-                 batch: int = 256, fetch_timeout_s: float = 2.0, error_streak: int = 3,
+                 trust: EventTrust, batch: int = 256, fetch_timeout_s: float = 2.0,
+                 error_streak: int = 3,
                  connect_timeout_s: float = 5.0, request_timeout_s: float = 5.0,
                  backoff: Backoff[str] | None = None,
                  metrics: AgentMetrics | None = None,
@@ -90,8 +93,10 @@ class Follower:
         a wait for the next event lasts before the connection is checked.
 
         ``on_event`` takes each parsed event (the agent hands it to the reconciler,
-        which acts on what it carries); without it, each event queues its key."""
+        which acts on what it carries); without it, each event queues its key. Only
+        messages ``trust`` believes (signed by the registry) are parsed at all."""
         self.url = url
+        self._trust = trust
         self.security = security or NatsSecurity()
         self.base_model = base_model
         self.consumer = consumer_name(agent_id)
@@ -235,23 +240,31 @@ class Follower:
         raise EventBusUnavailable(f"{errors} fetches in a row failed",
                                   detail={"consumer": self.consumer})
 
+    def _take(self, data: bytes) -> None:
+        try:
+            event = parse_event(data)
+        except ValidationError as exc:
+            # A newer registry may send types this agent does not know, signed: acked,
+            # and the registry read instead, never redelivered forever.
+            log.warning("ignoring an event this agent cannot parse: %s", exc.errors()[:1])
+            self._trust.reject(Verdict("invalid"))
+            return
+        if self.metrics is not None:
+            self.metrics.event_received(event.time)
+        self._on_event(event)
+        self.events_seen += 1
+
     def _queue_key(self, event: Event) -> None:
         key = key_for(event, self.base_model)
         if key is not None:
             self._enqueue(key)
 
     async def _handle(self, message: Msg) -> None:
-        try:
-            event = parse_event(message.data)
-        except ValidationError as exc:
-            # A newer registry may send types this agent does not know: acked and left
-            # to the periodic resync, never redelivered forever.
-            log.warning("ignoring an event this agent cannot parse: %s", exc.errors()[:1])
-        else:
-            if self.metrics is not None:
-                self.metrics.event_received(event.time)
-            self._on_event(event)
-            self.events_seen += 1
+        # A forged or unsigned message is acked like any other: redelivering it would
+        # change nothing, and the trust has the registry read instead.
+        header = message.headers.get(SIGNATURE_HEADER) if message.headers else None
+        if await self._trust.believe(message.data, header):
+            self._take(message.data)
         with suppress(nats.errors.NotJSMessageError):
             self.last_stream_seq = message.metadata.sequence.stream
         async with _nats_errors("ack"):

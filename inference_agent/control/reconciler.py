@@ -222,12 +222,12 @@ class Reconciler:
         """Read the whole snapshot, apply its routes, queue every adapter, repair vLLM
         and count the disk cache again."""
         registry = self._require_registry()
-        started = dict(self._generation)
+        started, rules_since = dict(self._generation), self.route_sync.mark()
         snapshot = await registry.desired(self.base_model)
         self.last_snapshot = snapshot
         # Every adapter is queued below: each re-checks its owners against this fleet.
         self.placement.set_fleet(snapshot.agents, snapshot.event_seq, reset=True)
-        self.route_sync.take(snapshot)
+        self.route_sync.take(snapshot, rules_since)
         desired = {a.name: a for a in snapshot.adapters if a.base_model == self.base_model}
         known = self._routes.adapters() | self._failures.adapters()
         for name in sorted(set(desired) | known):
@@ -251,8 +251,9 @@ class Reconciler:
         await self.warm(self._pins, only_routed=True)
 
     async def refresh_routes(self) -> None:
+        since = self.route_sync.mark()
         snapshot = await self._require_registry().desired(self.base_model)
-        self.route_sync.take(snapshot)
+        self.route_sync.take(snapshot, since)
         self._on_change()
 
     def _require_registry(self) -> DesiredReader:

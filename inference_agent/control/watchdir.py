@@ -34,6 +34,7 @@ from loraplane.digest import sha256_file, version_digest
 from loraplane.events import FileRef, VersionRef
 from loraplane.lora import ALLOWED_FILES, CONFIG_FILE, AdapterInvalid, parse_lora_config
 from loraplane.naming import DEFAULT_ALIAS, is_slug
+from loraplane.private_files import write_private
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class LocalVersions:
 
     def _save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._numbers, indent=1, sort_keys=True))
+        write_private(tmp, json.dumps(self._numbers, indent=1, sort_keys=True).encode())
         os.replace(tmp, self.path)
 
 

@@ -35,6 +35,7 @@ from inference_agent.futures import retrieve_exception
 from inference_agent.lazy_session import LazySession
 from loraplane.client._core import DOWNLOAD_CHUNK, FileCheck, OnBytes
 from loraplane.client.errors import RegistryError
+from loraplane.private_files import open_private
 
 log = logging.getLogger(__name__)
 KEEPALIVE_S = 5.0
@@ -137,7 +138,7 @@ async def _save(content: aiohttp.StreamReader, dest: Path, check: FileCheck) -> 
     inline = check.size <= DOWNLOAD_CHUNK
     loop = asyncio.get_running_loop()
     behind: asyncio.Future[None] | None = None
-    with dest.open("wb") as out:
+    with open_private(dest, exclusive=False) as out:
         try:
             async for chunk in content.iter_chunked(DOWNLOAD_CHUNK):
                 if inline:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -60,6 +61,10 @@ class AdapterCache:
         self._reserved: set[str] = set()
         # Bytes on disk of each loaded version's files, for the memory gauge.
         self._sizes: dict[str, int] = {}
+        # The shortest wait for a slot a caller of a name's load asked for (a request's
+        # ``slot_wait_s``), and the event that tells a waiting load it was shortened.
+        self._slot_waits: dict[str, float] = {}
+        self._slot_wake = asyncio.Event()
 
     # pins and LRU
 
@@ -100,10 +105,14 @@ class AdapterCache:
 
     # loading
 
-    async def ensure_active(self, ref: VersionRef, *, record: bool = True) -> str:
+    async def ensure_active(self, ref: VersionRef, *, record: bool = True,
+                            slot_wait_s: float | None = None) -> str:
         """Make ``ref`` loaded in vLLM (single-flight) and return its versioned name.
 
         ``record=False`` (swaps, pre-warming) keeps the hit/miss counters about requests.
+        ``slot_wait_s`` (a request's) bounds how long the load waits for a slot when
+        every one is busy, counted from when it starts waiting: past it, the load (shared
+        by every caller) raises ``CapacityExhausted``, at most ``load_wait_timeout_s``.
         """
         name = versioned_name(ref.adapter, ref.version)
         metrics = self._metrics
@@ -114,6 +123,9 @@ class AdapterCache:
             return name
         if record:
             metrics.child(metrics.cache_misses, metrics.adapter(ref.adapter)).inc()
+        if slot_wait_s is not None and slot_wait_s < self._slot_waits.get(name, math.inf):
+            self._slot_waits[name] = slot_wait_s
+            self._wake_reservers()
         pending = self._loading.get(name)
         if pending is None:
             pending = asyncio.ensure_future(self._load(ref, name))
@@ -128,6 +140,7 @@ class AdapterCache:
     def _loading_done(self, name: str, done: asyncio.Future[None]) -> None:
         if self._loading.get(name) is done:
             del self._loading[name]
+            self._slot_waits.pop(name, None)
 
     async def _load(self, ref: VersionRef, name: str) -> None:
         await self._await_unload(name)
@@ -154,7 +167,7 @@ class AdapterCache:
 
     async def _reserve(self, name: str) -> None:
         """Take a slot for ``name``, evicting the LRU idle version if the cache is full."""
-        deadline = time.monotonic() + self.load_wait_timeout_s
+        started = time.monotonic()
         while True:
             if len(self.active) + len(self._reserved) < self.capacity:
                 self._reserved.add(name)
@@ -164,14 +177,30 @@ class AdapterCache:
                 self._reserved.add(name)
                 self._evict(victim)
                 return
-            remaining = deadline - time.monotonic()
+            # Re-read at each turn: a request joining the load may have shortened it.
+            wait_s = min(self.load_wait_timeout_s, self._slot_waits.get(name, math.inf))
+            remaining = started + wait_s - time.monotonic()
             if remaining <= 0 or not self._any_leased():
                 raise CapacityExhausted(
                     f"cannot load {name}: all {self.capacity} slots hold versions that are "
                     "pinned or have requests in flight",
                     detail={"name": name, "active": list(self.active),
                             "capacity": self.capacity})
-            await self._leases.wait_any_idle(remaining)
+            await self._wait_for_slot(remaining)
+
+    async def _wait_for_slot(self, timeout_s: float) -> None:
+        """Until some lease ends, a caller shortens a load's wait, or ``timeout_s``."""
+        idle = asyncio.ensure_future(self._leases.wait_any_idle(timeout_s))
+        woken = asyncio.ensure_future(self._slot_wake.wait())
+        try:
+            await asyncio.wait((idle, woken), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+            woken.cancel()
+
+    def _wake_reservers(self) -> None:
+        self._slot_wake.set()
+        self._slot_wake = asyncio.Event()
 
     def _evictable(self, name: str) -> bool:
         if self._leases.count(name) > 0:

@@ -32,6 +32,7 @@ from loraplane.digest import version_digest
 from loraplane.events import FileRef, VersionRef
 from loraplane.lora import AdapterInvalid, BaseModelShapes, validate_adapter_dir
 from loraplane.naming import versioned_name
+from loraplane.private_files import DIR_MODE, make_dirs, open_private, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def _rename_into_place(staging: Path, final: Path, attempts: int = 3) -> None:
     each then retried after its backoff). The folder is made again and the rename
     retried; a staging folder that is really gone still raises."""
     for attempt in range(attempts):
-        final.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(final.parent)
         try:
             os.rename(staging, final)
             return
@@ -124,7 +125,8 @@ class Materializer:
         # on_disk's answer, kept up to date by the folders built here and dropped when
         # an eviction may have removed some (None: listed again at the next call).
         self._listed: set[tuple[str, int]] | None = None
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        # Every adapter this agent served: for its user only (0700, files 0600).
+        private_dir(cache_dir)
         # Leftovers of a crash mid-fetch: never complete, never referenced.
         shutil.rmtree(cache_dir / STAGING, ignore_errors=True)
 
@@ -208,7 +210,8 @@ class Materializer:
 
     async def _build(self, ref: VersionRef, final: Path, fill: Fill) -> None:
         staging = self.cache_dir / STAGING / f"{ref.adapter}-{ref.version}-{uuid.uuid4().hex}"
-        staging.mkdir(parents=True)
+        make_dirs(staging.parent)
+        staging.mkdir(mode=DIR_MODE)
         try:
             with self._metrics.stage("fetch"):
                 written = await fill(ref, staging)
@@ -346,7 +349,7 @@ def _copy_hashed(source: Path, dest: Path) -> tuple[int, str]:
     """Copy ``source`` to ``dest``; (size, sha256) of the bytes copied. The watch dir's
     folder may change meanwhile: what is checked is what was copied, not the source."""
     digest, size = hashlib.sha256(), 0
-    with source.open("rb") as src, dest.open("wb") as out:
+    with source.open("rb") as src, open_private(dest, exclusive=False) as out:
         while chunk := src.read(COPY_CHUNK):
             digest.update(chunk)
             out.write(chunk)

@@ -37,6 +37,7 @@ from loraplane.client import (
     RegistryError,
 )
 from loraplane.events import AgentStatus, DesiredState, FileRef, VersionRef
+from loraplane.private_files import write_private
 
 log = logging.getLogger(__name__)
 OnBytes = Callable[[int], None]
@@ -95,6 +96,12 @@ class RegistryLink:
         with _mapped():
             listed = await self.api.inference_credentials()
         return {c.token_hash: c.tenant for c in listed.credentials}
+
+    async def event_keys(self) -> list[str]:
+        """The public keys (base64) the registry signs its events with."""
+        with _mapped():
+            listed = await self.api.event_keys()
+        return [key.public_key for key in listed.keys]
 
     async def version(self, adapter: str, version: int) -> VersionRef:
         """One version's metadata; NotServable if the registry does not have it."""
@@ -163,5 +170,5 @@ def _write_inline(file: FileRef, content: bytes, dest: Path) -> bool:
     if len(content) != file.size or hashlib.sha256(content).hexdigest() != file.sha256:
         log.warning("%s: the event's copy does not match its sha256; fetching it", file.name)
         return False
-    dest.write_bytes(content)
+    write_private(dest, content)
     return True

@@ -234,12 +234,16 @@ class StatusReporter:
             self._holding = False
 
     async def report(self, *, force: bool) -> bool:
-        """Post the current status (skipped if unchanged and not forced); False on error."""
+        """Post the current status (skipped if unchanged and not forced); False on error.
+
+        Building the report can fail too (listing the disk cache with no descriptor
+        left: EMFILE); that is a failed report, retried like a post, never the end of
+        the agent."""
         self._dirty.clear()
-        status = self.build()
-        if not force and self._last_sent is not None and _same(status, self._last_sent):
-            return True
         try:
+            status = self.build()
+            if not force and self._last_sent is not None and _same(status, self._last_sent):
+                return True
             await self._post(status)
         except Exception as exc:
             # The registry being down must never stop serving; say so once per outage.

@@ -31,20 +31,22 @@ from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
     STATUS_LINE,
-    HttpToolsProtocol,
     RequestResponseCycle,
 )
 from uvicorn.server import ServerState
 
 from inference_agent.serving.front_door import GENERATION_PATHS, FrontDoor
+from loraplane.http_guard import GuardedProtocol
 
 # Statuses whose answer has no body (and no content-length from Starlette).
 _BODILESS = frozenset((204, 304))
 
 
-class GenerationProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` that runs generation POSTs through ``FrontDoor.serve``
-    with a writer for whole answers; the app it serves must be a ``FrontDoor``."""
+class GenerationProtocol(GuardedProtocol):
+    """uvicorn's ``HttpToolsProtocol`` that runs generation POSTs through
+    ``FrontDoor.serve`` with a writer for whole answers; the app it serves must be a
+    ``FrontDoor``. Its connections keep to ``loraplane.http_guard``'s header timeout and
+    connection cap."""
 
     def __init__(self, config: Config, server_state: ServerState,
                  app_state: dict[str, Any],

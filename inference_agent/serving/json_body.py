@@ -5,6 +5,11 @@ the body the largest thing the proxy handles. What orjson refuses but the standa
 library reads (NaN, lone surrogates, UTF-16) keeps the standard library's treatment,
 so no body that was passed on before is refused now; and so does a body with a number
 of 19 digits or more, since orjson reads an integer beyond 64 bits as a float.
+
+A body nested deeper than either parser goes (orjson reads 1,024 levels and writes 255,
+the standard library about 1,000, Python's recursion limit) is a 400
+``json_too_deep``, never the ``RecursionError`` or ``JSONEncodeError`` it raised (a
+500).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], bool] | ProxyError:
     if not exact:
         try:
             body = json.loads(raw)
+        except RecursionError:
+            return _too_deep()
         except (ValueError, UnicodeDecodeError) as exc:
             return bad_request(f"the request body is not valid JSON: {exc}",
                                code="invalid_json")
@@ -44,11 +51,21 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], bool] | ProxyError:
 def encode_body(body: dict[str, Any], exact: bool) -> bytes | ProxyError:
     """The body to send on to vLLM; ``exact`` as ``parse_body`` said."""
     if exact:
-        return orjson.dumps(body)
+        try:
+            return orjson.dumps(body)
+        except orjson.JSONEncodeError:
+            pass  # nested deeper than orjson writes (255 levels): as the library writes
     try:
         # As httpx wrote every body before: compact, UTF-8, no NaN.
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False).encode()
+    except RecursionError:
+        return _too_deep()
     except ValueError as exc:  # NaN or Infinity, a lone surrogate: vLLM reads neither
         return bad_request(f"the request body cannot be passed on as JSON: {exc}",
                            code="invalid_json")
+
+
+def _too_deep() -> ProxyError:
+    return bad_request("the request body is nested too deeply to be read as JSON",
+                       code="json_too_deep")

@@ -14,11 +14,12 @@ from types import TracebackType
 class Lease:
     """One request's hold on one versioned name; ``release`` is idempotent."""
 
-    __slots__ = ("_leases", "_released", "name")
+    __slots__ = ("_leases", "_released", "name", "tenant")
 
-    def __init__(self, leases: Leases, name: str) -> None:
+    def __init__(self, leases: Leases, name: str, tenant: str | None = None) -> None:
         self._leases = leases
         self.name = name
+        self.tenant = tenant
         self._released = False
 
     @property
@@ -28,7 +29,7 @@ class Lease:
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._leases._release(self.name)
+            self._leases._release(self.name, self.tenant)
 
     def __enter__(self) -> Lease:
         return self
@@ -39,21 +40,35 @@ class Lease:
 
 
 class Leases:
-    """Counts of requests in flight per versioned name."""
+    """Counts of requests in flight per versioned name, and per tenant the names its
+    requests hold (the loaded-adapter slots it keeps from eviction)."""
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        # tenant -> {name: its leases of that name}
+        self._tenants: dict[str, dict[str, int]] = {}
         self._idle: dict[str, asyncio.Event] = {}
         # Set whenever some name's count drops to zero: the cache waits on it when every
         # loaded version is busy and it needs one to become evictable.
         self._any_idle = asyncio.Event()
 
-    def acquire(self, name: str) -> Lease:
+    def acquire(self, name: str, tenant: str | None = None) -> Lease:
+        """A lease on ``name``, for a request of ``tenant`` (None: the control path's)."""
         self._counts[name] = self._counts.get(name, 0) + 1
-        return Lease(self, name)
+        if tenant is not None:
+            held = self._tenants.setdefault(tenant, {})
+            held[name] = held.get(name, 0) + 1
+        return Lease(self, name, tenant)
 
     def count(self, name: str) -> int:
         return self._counts.get(name, 0)
+
+    def held_by(self, tenant: str) -> int:
+        """How many names ``tenant``'s requests hold a lease on."""
+        return len(self._tenants.get(tenant, ()))
+
+    def holds(self, tenant: str, name: str) -> bool:
+        return name in self._tenants.get(tenant, ())
 
     def busy(self) -> dict[str, int]:
         """Every name with requests in flight, and how many."""
@@ -83,7 +98,15 @@ class Leases:
             return False
         return True
 
-    def _release(self, name: str) -> None:
+    def _release(self, name: str, tenant: str | None = None) -> None:
+        if tenant is not None:
+            held = self._tenants.get(tenant, {})
+            if held.get(name, 0) > 1:
+                held[name] -= 1
+            else:
+                held.pop(name, None)
+                if not held:
+                    self._tenants.pop(tenant, None)
         left = self._counts.get(name, 0) - 1
         if left > 0:
             self._counts[name] = left

@@ -8,7 +8,11 @@ Status choices:
 
 - unknown adapter, alias or version: 404 ``model_not_found``;
 - vLLM (or the registry, or a fetch) unreachable right now: 503, retry later;
-- every loaded version busy (nothing evictable): 503 with ``Retry-After``;
+- every loaded version busy (nothing evictable) for ``slot_wait_s``: 503
+  ``capacity_exhausted`` with ``Retry-After``; the request's tenant already holding its
+  share of the slots: 503 ``tenant_slots_full`` with ``Retry-After``;
+- a body over ``max_body_bytes``: 413 ``body_too_large``; a body that is not a JSON
+  object, or is nested too deep: 400 ``invalid_json`` / ``json_too_deep``;
 - the version itself cannot be served here (our validation refused it, or vLLM refused
   to load it): 502 with the reason. It is the server side that is broken (a bad artifact
   behind a valid name), not the client's request, and retrying will not help until a
@@ -72,6 +76,11 @@ class ProxyError:
 def bad_request(message: str, *, code: str = "invalid_request", param: str | None = None
                 ) -> ProxyError:
     return ProxyError(400, message, "invalid_request_error", code, param)
+
+
+def body_too_large(limit: int) -> ProxyError:
+    return ProxyError(413, f"the request body is over {limit} bytes",
+                      "invalid_request_error", "body_too_large")
 
 
 def shutting_down() -> ProxyError:

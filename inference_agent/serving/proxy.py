@@ -11,6 +11,14 @@ and is forwarded to vLLM under the versioned name. vLLM's answer (JSON or an SSE
 stream) goes back unchanged: its ``model`` field already names the version. Every
 response after resolution carries ``X-Loraplane-Adapter``. Refusals are OpenAI-style
 (see openai_errors.py for the status of each).
+
+The token is checked from the headers before the body is read (``admit``, through the
+front door), and the body is bounded (``max_body_bytes``). A loaded-adapter slot is the
+scarce thing tenants share: a request holds one from its lease to its end (a stream's
+last byte). No tenant's requests may hold more than ``tenant_slots`` at once (503
+``tenant_slots_full``), so another tenant's cold version always finds a slot it can
+evict into, and a request waits at most ``slot_wait_s`` for a slot when every one is
+busy (503 ``capacity_exhausted``), each with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -27,19 +35,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from inference_agent.errors import AgentError
+from inference_agent.errors import AgentError, TenantSlotsFull
 from inference_agent.metrics import CONTENT_TYPE, AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.registry_client import RegistryLink
 from inference_agent.serving.auth import InferenceKeys
 from inference_agent.serving.calls import ProxyCall
-from inference_agent.serving.front_door import FrontDoor
+from inference_agent.serving.front_door import DEFAULT_MAX_BODY_BYTES, FrontDoor
 from inference_agent.serving.json_body import encode_body, parse_body
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.model_server_metrics import MODEL_SERVER_METRICS_PATH
 from inference_agent.serving.openai_errors import (
     ProxyError,
     bad_request,
+    body_too_large,
     from_agent_error,
     shutting_down,
 )
@@ -75,9 +84,13 @@ class Proxy:
                  registry: RegistryLink | None, keys: InferenceKeys,
                  draining: Callable[[], bool], ready: Callable[[], bool],
                  request_resync: Callable[[], None],
-                 model_server: Callable[[], Awaitable[bytes]] | None = None) -> None:
+                 model_server: Callable[[], Awaitable[bytes]] | None = None,
+                 tenant_slots: int | None = None, slot_wait_s: float | None = None
+                 ) -> None:
         """``request_resync`` asks the control loop to compare the cache with vLLM;
-        ``model_server`` renders the series a gateway reads (model_server_metrics.py)."""
+        ``model_server`` renders the series a gateway reads (model_server_metrics.py);
+        ``tenant_slots`` bounds the versions one tenant's requests hold at once, and
+        ``slot_wait_s`` a request's wait for a slot (None: no bound of their own)."""
         self.routes = routes
         self.keys = keys
         self.cache = cache
@@ -90,6 +103,8 @@ class Proxy:
         self.ready = ready
         self.request_resync = request_resync
         self.model_server = model_server
+        self.tenant_slots = tenant_slots
+        self.slot_wait_s = slot_wait_s
 
     # generation
 
@@ -102,6 +117,19 @@ class Proxy:
     async def _generate(self, request: Request, path: str) -> Response:
         # Only reached if the front door is bypassed: it serves these paths itself.
         return await self.generate(request.headers, await request.body(), path)
+
+    def admit(self, headers: Mapping[str, str]) -> Response | None:
+        """The refusal of a generation request its headers alone decide (shutting down,
+        no valid token), made before its body is read; None to read it."""
+        if self.draining():
+            return _refuse(ProxyCall(self.metrics), shutting_down())
+        tenant = self.keys.tenant_for(headers.get("authorization"))
+        if isinstance(tenant, ProxyError):
+            return _refuse(ProxyCall(self.metrics), tenant)
+        return None
+
+    def body_too_large(self, limit: int) -> Response:
+        return _refuse(ProxyCall(self.metrics), body_too_large(limit))
 
     async def generate(self, headers: Mapping[str, str], raw: bytes, path: str) -> Response:
         """Serve a generation request (``raw`` its body) and return what to answer."""
@@ -130,7 +158,7 @@ class Proxy:
         try:
             target = await self._route(model, headers, tenant, call)
             if target.ref is not None:
-                await self.cache.ensure_active(target.ref)
+                await self.cache.ensure_active(target.ref, slot_wait_s=self.slot_wait_s)
         except AgentError as exc:
             return _refuse(call, from_agent_error(exc))
         body["model"] = target.model_name
@@ -147,7 +175,17 @@ class Proxy:
                 await self.versions.get(resolved.adapter, resolved.version))
         # No await between the route decision above and the lease: a flip cannot slip
         # in between and let the swap unload this version under the request.
-        lease = self.leases.acquire(resolved.model_name) if resolved.ref is not None else None
+        lease = None
+        if resolved.ref is not None:
+            name = resolved.model_name
+            if (self.tenant_slots is not None and not self.leases.holds(tenant, name)
+                    and self.leases.held_by(tenant) >= self.tenant_slots):
+                call.bind(resolved, None)
+                raise TenantSlotsFull(
+                    f"this tenant's requests in flight already hold {self.tenant_slots} "
+                    "loaded adapter versions, its share of this server; retry when one "
+                    "ends", detail={"tenant_slots": self.tenant_slots})
+            lease = self.leases.acquire(name, tenant)
         call.bind(resolved, lease)
         return resolved
 
@@ -166,7 +204,7 @@ class Proxy:
             self.cache.mark_lost(target.model_name)
             self.request_resync()
             try:
-                await self.cache.ensure_active(target.ref)
+                await self.cache.ensure_active(target.ref, slot_wait_s=self.slot_wait_s)
             except AgentError as exc:
                 return _refuse(call, from_agent_error(exc))
             upstream = await self.upstream.post(path, payload, headers)
@@ -284,12 +322,16 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                      request_resync: Callable[[], None] | None = None,
                      upstream: Upstream | None = None,
                      request_timeout_s: float = 600.0,
-                     model_server: Callable[[], Awaitable[bytes]] | None = None
+                     model_server: Callable[[], Awaitable[bytes]] | None = None,
+                     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                     tenant_slots: int | None = None, slot_wait_s: float | None = None
                      ) -> FrontDoor:
     """The front door app. ``app.state.inflight`` counts proxied requests for shutdown.
 
     ``upstream`` is the client to vLLM; without one the app makes its own (bounded by
     ``request_timeout_s`` between bytes) and closes it when its lifespan ends.
+    ``max_body_bytes`` bounds a generation request's body; ``tenant_slots`` and
+    ``slot_wait_s`` as ``Proxy`` takes them.
     """
     owned = upstream is None
     client = upstream or Upstream(vllm_url, request_timeout_s=request_timeout_s,
@@ -299,7 +341,8 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                   base_model=base_model, registry=registry, keys=keys,
                   draining=draining or _never,
                   ready=ready or _always, request_resync=request_resync or _nothing,
-                  model_server=model_server)
+                  model_server=model_server, tenant_slots=tenant_slots,
+                  slot_wait_s=slot_wait_s)
     inflight = Inflight()
 
     @contextlib.asynccontextmanager
@@ -325,5 +368,6 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
     )
     app.state.inflight = inflight
     app.state.proxy = proxy
-    return FrontDoor(app, proxy.generate, inflight)
+    return FrontDoor(app, proxy.generate, inflight, admit=proxy.admit,
+                     too_large=proxy.body_too_large, max_body_bytes=max_body_bytes)
 

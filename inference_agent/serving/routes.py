@@ -157,8 +157,10 @@ class RouteTable:
         self._rules.update(kept)
 
     def set_rule(self, tenant: str, kind: str, key: str, rule: RouteRule | None) -> None:
-        """One rule's change: ``rule`` None (removed) or for another base model drops it."""
-        if rule is None or rule.base_model != self.base_model:
+        """One rule's change: ``rule`` None (removed), for another base model or of
+        another tenant than ``tenant`` drops it."""
+        if rule is None or rule.base_model != self.base_model or rule.tenant != tenant \
+                or (rule.kind, rule.key) != (kind, key):
             self._rules.pop((tenant, kind, key), None)
         else:
             self._rules[(tenant, kind, key)] = rule
@@ -173,7 +175,9 @@ class RouteTable:
         """Decide what serves a request of ``tenant``; raise NotServable for an unknown
         adapter or alias, and for another tenant's adapter alike."""
         if not model or model == self.base_model:
-            return self._resolve_by_rules(headers, tenant)
+            # The default rule stands in for a missing model only: a request naming the
+            # base model gets it, unless a customer or task header routes it.
+            return self._resolve_by_rules(headers, tenant, use_default=not model)
         parsed = parse_model_ref(model)
         if parsed is None:
             raise NotServable(f"the model {model!r} does not exist",
@@ -205,20 +209,23 @@ class RouteTable:
                 return self.target_for(ref)
         return UnresolvedVersion(adapter, version)
 
-    def _resolve_by_rules(self, headers: Mapping[str, str], tenant: str) -> Target:
+    def _resolve_by_rules(self, headers: Mapping[str, str], tenant: str, *,
+                          use_default: bool = True) -> Target:
         for kind, header in (("customer", CUSTOMER_HEADER), ("task", TASK_HEADER)):
             key = _header(headers, header)
             rule = self._rules.get((tenant, kind, key)) if key is not None else None
             if rule is not None:
-                return self._rule_target(rule)
+                return self._rule_target(rule, tenant)
         default = self._rules.get((tenant, "default", DEFAULT_ROUTE_KEY))
-        if default is not None:
-            return self._rule_target(default)
+        if default is not None and use_default:
+            return self._rule_target(default, tenant)
         return self.base_target()
 
-    def _rule_target(self, rule: RouteRule) -> Target:
+    def _rule_target(self, rule: RouteRule, tenant: str) -> Target:
         _revision, ref = self.alias(rule.adapter, rule.alias)
-        if ref is None or self._owners.get(rule.adapter) != rule.tenant:
+        # The requester's tenant, not the rule's: whatever a rule says, a request
+        # reaches only its own tenant's adapters.
+        if ref is None or self._owners.get(rule.adapter) != tenant:
             # A rule naming something not served is an operator error; answering from
             # the base model instead would hide it behind plausible output.
             raise NotServable(

@@ -6,12 +6,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from loraplane.api.text import SafeName
 from loraplane.naming import SLUG_PATTERN
 
 
 class AdapterCreate(BaseModel):
     name: str = Field(pattern=SLUG_PATTERN, description="a slug, unique in the registry")
-    base_model: str = Field(min_length=1, max_length=255)
+    base_model: SafeName = Field(min_length=1, max_length=255)
     tenant: str | None = Field(default=None, pattern=SLUG_PATTERN)
     description: str = Field(default="", max_length=10_000)
     replicas: int | None = Field(

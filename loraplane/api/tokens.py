@@ -7,6 +7,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loraplane.api.text import SafeName
+
 # The agent ids the registry accepts (``/v1/agents/{agent_id}``).
 AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
 
@@ -25,7 +27,7 @@ class Role(enum.StrEnum):
 class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    name: str = Field(min_length=1, max_length=255)
+    name: SafeName = Field(min_length=1, max_length=255)
     role: Role
     tenant: str | None = Field(default=None, description="omit for a global token")
     agent_id: str | None = Field(

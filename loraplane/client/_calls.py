@@ -25,7 +25,7 @@ from loraplane.api import (
     VersionPage,
 )
 from loraplane.api.agents import InferenceCredentials
-from loraplane.api.events import DEFAULT_PAGE
+from loraplane.api.events import DEFAULT_PAGE, EventKeyList
 from loraplane.client._core import Call, model, nothing, path, query
 from loraplane.client.multipart import (
     FieldPart,
@@ -184,6 +184,10 @@ def send_status(status: AgentStatus) -> Call[None]:
 
 def inference_credentials() -> Call[InferenceCredentials]:
     return Call("GET", path("agents", "credentials"), model(InferenceCredentials))
+
+
+def event_keys() -> Call[EventKeyList]:
+    return Call("GET", path("events", "keys"), model(EventKeyList))
 
 
 def desired(base_model: str, adapter: str | None) -> Call[DesiredState]:

@@ -44,6 +44,20 @@ DOWNLOAD_CHUNK = 1024 * 1024
 KEEPALIVE_EXPIRY_S = 15.0
 
 
+def registry_file_path(url: str) -> str:
+    """``url`` (a ``FileRef.url``) if it is a file path on the registry itself.
+
+    The client sends its bearer token with every request, so a URL from an event or a
+    snapshot may only be a path of the registry's API: never another host (the token
+    would go there), never a path that climbs out of ``/v1/``."""
+    segments = url.split("/")
+    if not url.startswith("/v1/") or "\\" in url or "?" in url or "#" in url \
+            or any(segment in ("", ".", "..") for segment in segments[1:]):
+        raise DownloadFailed("a file URL must be a path on the registry (/v1/...)",
+                             code="foreign_file_url", detail={"url": url[:200]})
+    return url
+
+
 def path(*segments: str | int) -> str:
     """``/v1/...`` with every segment percent-encoded, so a name can never change the route."""
     return "/v1/" + "/".join(quote(str(s), safe="") for s in segments)

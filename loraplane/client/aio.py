@@ -31,7 +31,7 @@ from loraplane.api import (
     VersionPage,
 )
 from loraplane.api.agents import InferenceCredentials
-from loraplane.api.events import DEFAULT_PAGE
+from loraplane.api.events import DEFAULT_PAGE, EventKeyList
 from loraplane.client import _calls as api
 from loraplane.client._core import (
     DEFAULT_TIMEOUT_S,
@@ -41,6 +41,7 @@ from loraplane.client._core import (
     FileCheck,
     OnBytes,
     Pager,
+    registry_file_path,
 )
 from loraplane.client.errors import RegistryError, error_from_transport
 from loraplane.client.multipart import FilePart, OnProgress, check_first
@@ -169,13 +170,14 @@ class AsyncRegistryClient:
                  on_bytes: OnBytes | None = None) -> None:
         """Stream a file URL (a ``FileRef.url``) into ``dest``, checking size and sha256.
 
-        A 307 to the blob store is followed without the bearer token (httpx drops it when
-        a redirect leaves the registry's origin). On failure ``dest`` may be partly
-        written: download into a staging place.
+        Only a path on the registry is fetched (``registry_file_path``: the token goes
+        nowhere else). A 307 to the blob store is followed without the bearer token
+        (httpx drops it when a redirect leaves the registry's origin). On failure
+        ``dest`` may be partly written: download into a staging place.
         """
-        check = FileCheck(url, dest, size, sha256, on_bytes)
+        check = FileCheck(registry_file_path(url), dest, size, sha256, on_bytes)
         try:
-            async with self.http.stream("GET", url, follow_redirects=True) as response:
+            async with self.http.stream("GET", check.url, follow_redirects=True) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise check.refused(response)
@@ -301,6 +303,10 @@ class AsyncRegistryClient:
     async def inference_credentials(self) -> InferenceCredentials:
         """Hash and tenant of every live inference token (an agent token's call)."""
         return await self.send(api.inference_credentials())
+
+    async def event_keys(self) -> EventKeyList:
+        """The public keys the registry signs its events with."""
+        return await self.send(api.event_keys())
 
     async def desired(self, base_model: str, *, adapter: str | None = None) -> DesiredState:
         """What every agent of ``base_model`` should serve (the snapshot agents follow)."""

@@ -38,6 +38,7 @@ from loraplane.client._core import (
     FileCheck,
     OnBytes,
     Pager,
+    registry_file_path,
 )
 from loraplane.client.errors import RegistryError, error_from_transport
 from loraplane.client.multipart import FilePart, OnProgress, check_first
@@ -166,13 +167,14 @@ class RegistryClient:
                  on_bytes: OnBytes | None = None) -> None:
         """Stream a file URL (a ``FileRef.url``) into ``dest``, checking size and sha256.
 
-        A 307 to the blob store is followed without the bearer token (httpx drops it when
-        a redirect leaves the registry's origin). On failure ``dest`` may be partly
-        written: download into a staging place.
+        Only a path on the registry is fetched (``registry_file_path``: the token goes
+        nowhere else). A 307 to the blob store is followed without the bearer token
+        (httpx drops it when a redirect leaves the registry's origin). On failure
+        ``dest`` may be partly written: download into a staging place.
         """
-        check = FileCheck(url, dest, size, sha256, on_bytes)
+        check = FileCheck(registry_file_path(url), dest, size, sha256, on_bytes)
         try:
-            with self.http.stream("GET", url, follow_redirects=True) as response:
+            with self.http.stream("GET", check.url, follow_redirects=True) as response:
                 if response.status_code != 200:
                     response.read()
                     raise check.refused(response)

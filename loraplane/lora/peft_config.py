@@ -11,17 +11,33 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.patterns import (
+    PatternError,
+    compile_pattern,
+    key_paths,
+    layers_pattern_source,
+    rank_key_source,
+)
 
 MAX_CONFIG_BYTES = 1024 * 1024
-# Bounds the work a user-supplied regex can cause per match.
-MAX_PATTERN_CHARS = 1024
+# lora_alpha and alpha_pattern's values: the scaling is alpha / r, and a value past these
+# (1e308, 1e-300) only overflows or vanishes in the served weights.
+MIN_ALPHA = 1e-6
+MAX_ALPHA = 1e6
+# Keys in one rank_pattern or alpha_pattern, and layers_pattern entries.
+MAX_PATTERN_KEYS = 4096
+MAX_LAYERS_PATTERNS = 64
+# Every module is tried against every rank/alpha key, here and in vLLM (which uses
+# Python's backtracking re, see loraplane/lora/patterns.py): bounds on the count of
+# those matches, and on the paths a backtracking matcher could take for all of them.
+MAX_PATTERN_MATCHES = 1 << 19
+MAX_PATTERN_PATHS = 1 << 24
 
 # init_lora_weights values that only pick the starting weights; the others
 # (pissa, olora, corda, loftq) also rewrite the base model, which vLLM can't.
@@ -76,12 +92,37 @@ class LoraConfig:
     def max_rank(self) -> int:
         return max([self.r, *self.rank_pattern.values()])
 
+    def check_pattern_work(self, modules: Collection[str]) -> None:
+        """Refuse when matching ``modules`` against the rank/alpha keys is too much work.
+
+        vLLM matches every module against both ``rank_pattern`` and ``alpha_pattern``.
+        """
+        keys = [*self.rank_pattern, *self.alpha_pattern]
+        if not keys or not modules:
+            return
+        matches = len(modules) * len(keys)
+        # (.*\.)? in front of each key enters it once per dot of the name, and at its start.
+        entries = max(m.count(".") for m in modules) + 1
+        paths = len(modules) * entries * sum(key_paths(k) for k in keys)
+        if matches > MAX_PATTERN_MATCHES or paths > MAX_PATTERN_PATHS:
+            _invalid(
+                f"rank_pattern and alpha_pattern have {len(keys)} keys for {len(modules)} "
+                f"modules: matching them is too much work (at most {MAX_PATTERN_MATCHES} "
+                "key/module pairs); use fewer or simpler keys",
+                field="rank_pattern" if self.rank_pattern else "alpha_pattern",
+                pattern_matches=matches,
+                max_pattern_matches=MAX_PATTERN_MATCHES,
+                pattern_paths=paths,
+                max_pattern_paths=MAX_PATTERN_PATHS,
+            )
+
 
 def _pattern_key(patterns: dict[str, Any], module: str) -> str | None:
-    # Same rule as PEFT's get_pattern_key and vLLM's PEFTHelper: a key
-    # matches a dot-bounded suffix of the module name; the first match wins.
+    # Same rule as PEFT's get_pattern_key and vLLM's PEFTHelper,
+    # re.match(rf"(.*\.)?({key})$", module): a key matches a dot-bounded suffix of the
+    # module name; the first match wins. Matched with RE2, in linear time.
     for key in patterns:
-        if re.match(rf"(.*\.)?({key})$", module):
+        if compile_pattern(rank_key_source(key)).match(module):
             return key
     return None
 
@@ -106,10 +147,10 @@ def parse_lora_config(
         )
     _refuse_unsupported(document)
     rank_pattern = _parse_patterns(document, "rank_pattern", _positive_int)
-    alpha_pattern = _parse_patterns(document, "alpha_pattern", _positive_number)
+    alpha_pattern = _parse_patterns(document, "alpha_pattern", _alpha)
     return LoraConfig(
         r=_positive_int(document.get("r"), "r"),
-        lora_alpha=_positive_number(document.get("lora_alpha"), "lora_alpha"),
+        lora_alpha=_alpha(document.get("lora_alpha"), "lora_alpha"),
         target_modules=_parse_targets(document.get("target_modules"), "target_modules"),
         base_model_name_or_path=_optional_str(document, "base_model_name_or_path"),
         rank_pattern=rank_pattern,
@@ -187,9 +228,15 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-def _positive_number(value: Any, name: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-        _invalid(f"{name} must be a positive finite number, got {value!r}", field=name)
+def _alpha(value: Any, name: str) -> float:
+    if (type(value) not in (int, float) or not math.isfinite(value)
+            or not MIN_ALPHA <= value <= MAX_ALPHA):
+        field = name.split("[", 1)[0]
+        _invalid(
+            f"{name} must be a finite number from {MIN_ALPHA:g} to {MAX_ALPHA:g}, "
+            f"got {value!r}",
+            field=field, min=MIN_ALPHA, max=MAX_ALPHA,
+        )
     result: float = value
     return result
 
@@ -210,13 +257,22 @@ def _flag(document: dict[str, Any], name: str) -> bool:
     return value
 
 
-def _check_regex(pattern: str, name: str) -> None:
-    if len(pattern) > MAX_PATTERN_CHARS:
-        _invalid(f"{name} pattern is longer than {MAX_PATTERN_CHARS} characters", field=name)
+def _check_regex(pattern: str, name: str, shown: str | None = None) -> None:
     try:
-        re.compile(pattern)
-    except re.error as exc:
-        _invalid(f"{name} is not a valid regular expression: {exc}", field=name)
+        compile_pattern(pattern)
+    except PatternError as exc:
+        _invalid(f"{name} pattern {shown or pattern!r} is refused: {exc}", field=name,
+                 reason="pattern_refused")
+
+
+def _check_key(key: str, name: str) -> None:
+    """A rank/alpha key: matched here with RE2, but by vLLM with Python's re."""
+    try:
+        key_paths(key)
+    except PatternError as exc:
+        _invalid(f"{name} key {key!r} is refused: {exc}", field=name,
+                 reason="pattern_refused")
+    _check_regex(rank_key_source(key), name, repr(key))
 
 
 def _parse_targets(value: Any, name: str) -> tuple[str, ...] | str:
@@ -250,8 +306,10 @@ def _parse_patterns(
         return {}
     if not isinstance(value, dict):
         _invalid(f"{name} must be an object", field=name)
+    if len(value) > MAX_PATTERN_KEYS:
+        _invalid(f"{name} has {len(value)} keys, the limit is {MAX_PATTERN_KEYS}", field=name)
     for key, item in value.items():
-        _check_regex(rf"(.*\.)?({key})$", name)
+        _check_key(key, name)
         check(item, f"{name}[{key!r}]")
     return dict(value)
 
@@ -271,6 +329,10 @@ def _parse_layers_pattern(value: Any) -> tuple[str, ...] | None:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
         _invalid("layers_pattern must be a string or a list of strings")
+    if len(items) > MAX_LAYERS_PATTERNS:
+        _invalid(f"layers_pattern has more than {MAX_LAYERS_PATTERNS} entries",
+                 field="layers_pattern")
     for item in items:
         _check_regex(item, "layers_pattern")
+        _check_regex(layers_pattern_source(item), "layers_pattern", repr(item))
     return tuple(items)

@@ -8,11 +8,18 @@ vLLM does not serve or a sign of a broken export, so it is refused.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.patterns import (
+    MAX_MODULE_CHARS,
+    compile_pattern,
+    is_printable_ascii,
+    layers_pattern_source,
+)
 from loraplane.lora.peft_config import LoraConfig
 from loraplane.lora.safetensors import SafetensorsHeader, TensorInfo
 
@@ -56,11 +63,12 @@ def layer_index(module: str, layers_pattern: tuple[str, ...] | None = None) -> i
     if not layers_pattern:
         match = _DEFAULT_LAYER.match(module)
     else:
-        match = None
+        # Patterns from the config: matched with RE2, in linear time.
         for pattern in layers_pattern:
-            match = re.match(rf"(?:^|.*?\.){pattern}\.(?P<idx>\d+)\.", module)
-            if match is not None:
-                break
+            found = compile_pattern(layers_pattern_source(pattern)).match_group(module, "idx")
+            if found is not None:
+                return int(found)
+        return None
     return int(match.group("idx")) if match else None
 
 
@@ -72,6 +80,7 @@ def check_tensors(header: SafetensorsHeader, config: LoraConfig) -> TensorSummar
     pairs = _pair_tensors(header)
     if not pairs:
         _mismatch("the safetensors file holds no LoRA tensors")
+    config.check_pattern_work(pairs.keys())
     modules: dict[str, LoraModule] = {}
     for path in sorted(pairs):
         _check_targeted(path, config)
@@ -96,6 +105,15 @@ def _module_of(name: str) -> tuple[str, str]:
             path = name[len(PEFT_PREFIX) : -len(suffix)]
             if not path or "" in path.split("."):
                 _mismatch(f"tensor {name!r} has a malformed module path", tensor=name)
+            # PyTorch module paths are ASCII identifiers and indices. Long or odd ones
+            # would only make the config's patterns costlier, or read differently by
+            # RE2 (here) and Python's re (PEFT, vLLM): see loraplane/lora/patterns.py.
+            if len(path) > MAX_MODULE_CHARS or not is_printable_ascii(path) or " " in path:
+                _mismatch(
+                    f"tensor {name!r}: a module path must be at most {MAX_MODULE_CHARS} "
+                    "printable ASCII characters without spaces",
+                    tensor=name, max_module_chars=MAX_MODULE_CHARS,
+                )
             return path, kind
     _mismatch(
         f"tensor {name!r} is not a LoRA weight (expected *.lora_A.weight or *.lora_B.weight)",
@@ -121,8 +139,18 @@ def _pair_tensors(header: SafetensorsHeader) -> dict[str, dict[str, TensorInfo]]
 
 def _matches(spec: tuple[str, ...] | str, path: str) -> bool:
     if isinstance(spec, str):
-        return re.fullmatch(spec, path) is not None
-    return path in spec or any(path.endswith("." + name) for name in spec)
+        return compile_pattern(spec).fullmatch(path)
+    # PEFT: the path is a name of the list, or ends with "." and one of them; looked up
+    # per dot-bounded suffix, so a long list costs no more than a short one.
+    names = _name_set(spec)
+    return path in names or any(
+        path[i + 1 :] in names for i, char in enumerate(path) if char == "."
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _name_set(spec: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(spec)
 
 
 def _check_targeted(path: str, config: LoraConfig) -> None:

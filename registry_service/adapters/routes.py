@@ -48,3 +48,14 @@ async def update_adapter(name: str, body: AdapterUpdate, session: SessionDep,
 async def delete_adapter(name: str, session: SessionDep, principal: PrincipalDep) -> Response:
     await service.delete_adapter(session, principal, name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# Names are global; a deleted adapter's name stays retired until a global admin frees it.
+retired_names = APIRouter(prefix="/v1/retired-names", tags=["adapters"])
+
+
+@retired_names.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
+async def free_retired_name(name: str, session: SessionDep, principal: PrincipalDep) -> Response:
+    """Free a deleted adapter's retired name, so that any tenant may create it again."""
+    await service.free_retired_name(session, principal, name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

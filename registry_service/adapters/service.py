@@ -8,7 +8,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import AdapterCreated, AdapterDeleted, PlacementChanged
+from loraplane.events import (
+    AdapterCreated,
+    AdapterDeleted,
+    AdapterNameFreed,
+    PlacementChanged,
+)
 from loraplane.naming import is_slug
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
@@ -22,7 +27,7 @@ from registry_service.adapters.schemas import (
 from registry_service.aliases.service import alias_versions, remove_all_aliases
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
-from registry_service.errors import BadRequest, Conflict, Forbidden, InvalidInput
+from registry_service.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound
 from registry_service.events.service import envelope, record_audit, record_event
 from registry_service.routing.service import drop_routes_to
 from registry_service.tenants.models import Tenant
@@ -57,9 +62,9 @@ async def create_adapter(
     principal.require(Role.PUBLISHER)
     _check_replicas(data.replicas)
     tenant = await get_or_create_tenant(session, _target_tenant(principal, data.tenant))
-    existing = await session.scalar(select(Adapter).where(Adapter.name == data.name))
+    existing = await session.scalar(select(Adapter.id).where(Adapter.name == data.name))
     if existing is not None:
-        raise _name_taken(existing)
+        raise _name_taken(data.name)
     adapter = Adapter(name=data.name, tenant=tenant, tenant_id=tenant.id,
                       base_model=data.base_model, description=data.description,
                       replicas=data.replicas)
@@ -70,18 +75,39 @@ async def create_adapter(
         await session.commit()
     except IntegrityError as exc:
         await session.rollback()
-        raise Conflict(f"adapter {data.name!r} already exists", code="adapter_exists",
-                       detail={"adapter": data.name}) from exc
+        raise _name_taken(data.name) from exc
     return await _out(session, adapter)
 
 
-def _name_taken(existing: Adapter) -> Conflict:
-    if existing.deleted_at is not None:
-        return Conflict(f"adapter name {existing.name!r} belonged to a deleted adapter and "
-                        "is retired", code="adapter_name_retired",
-                        detail={"adapter": existing.name})
-    return Conflict(f"adapter {existing.name!r} already exists", code="adapter_exists",
-                    detail={"adapter": existing.name})
+def _name_taken(name: str) -> Conflict:
+    """Names are global, like S3 bucket names. The answer is the same whoever holds the
+    name (the caller's tenant, another one, or a deleted adapter: retired), so that it
+    tells nothing about other tenants' adapters."""
+    return Conflict(f"the adapter name {name!r} is taken", code="adapter_name_taken",
+                    detail={"adapter": name})
+
+
+def _freed_name(adapter: Adapter) -> str:
+    # Not a slug ("~"), so no adapter can be created under it; the id keeps it unique.
+    return f"~{adapter.id}~{adapter.name}"[:63]
+
+
+async def free_retired_name(session: AsyncSession, principal: Principal, name: str) -> None:
+    """Let the retired name of a deleted adapter be created again (global admins), and
+    commit. The deleted adapter keeps its versions under a name no one can create."""
+    if not principal.is_global_admin:
+        raise Forbidden("only a global admin frees a retired name", code="insufficient_role",
+                        detail={"required": "admin (global)", "actual": principal.role.value})
+    adapter = await session.scalar(
+        select(Adapter).where(Adapter.name == name, Adapter.deleted_at.is_not(None))
+        .with_for_update(of=Adapter))
+    if adapter is None:
+        raise NotFound(f"no deleted adapter holds the name {name!r}",
+                       code="retired_name_not_found", detail={"adapter": name})
+    adapter.name = _freed_name(adapter)
+    record_audit(session, AdapterNameFreed(**envelope(adapter.tenant.name, name)),
+                 actor=principal.name)
+    await session.commit()
 
 
 async def _out(session: AsyncSession, adapter: Adapter, *, aliases: bool = False) -> AdapterOut:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import AgentStatus
@@ -121,19 +122,29 @@ async def _store_one(session: AsyncSession, principal: Principal | RegistryError
 
 async def _bind_agent_token(session: AsyncSession, principal: Principal,
                             agent_id: str) -> None:
-    """An agent token reports for one agent: the first id it reports as, if not made for one.
+    """An agent token reports for one agent, and an agent id is reported for by one
+    token: the id the token was made for, or else the first id it reports as, if no
+    other token holds that id (a revoked one included, until a global admin frees it).
 
-    Admins may report for any agent. The binding is in the caller's transaction, so a
-    refused or failed report binds nothing.
+    Admins may report for any agent. The binding is in the caller's transaction.
     """
     if principal.role is not Role.AGENT or principal.agent_id == agent_id:
         return  # an admin, or a token bound to this agent already: nothing to write
     if principal.agent_id is not None:
         _refuse_binding(agent_id, principal.agent_id)
-    # One conditional UPDATE: of two first reports racing, one binds and the other sees it.
-    await session.execute(
-        update(ApiToken).where(ApiToken.id == principal.token_id, ApiToken.agent_id.is_(None))
-        .values(agent_id=agent_id))
+    holder = await session.scalar(select(ApiToken.id).where(ApiToken.agent_id == agent_id))
+    if holder is not None and holder != principal.token_id:
+        _refuse_taken(agent_id)
+    try:
+        # One conditional UPDATE: of two first reports racing, one binds and the other
+        # sees it; the unique index refuses two tokens binding one id at once.
+        async with session.begin_nested():
+            await session.execute(
+                update(ApiToken)
+                .where(ApiToken.id == principal.token_id, ApiToken.agent_id.is_(None))
+                .values(agent_id=agent_id))
+    except IntegrityError:
+        _refuse_taken(agent_id)
     bound = await session.scalar(select(ApiToken.agent_id)
                                  .where(ApiToken.id == principal.token_id))
     if bound != agent_id:
@@ -144,3 +155,9 @@ def _refuse_binding(agent_id: str, bound: str | None) -> NoReturn:
     raise Forbidden(f"this agent token reports for agent {bound!r} only",
                     code="agent_id_forbidden",
                     detail={"agent_id": agent_id, "token_agent_id": bound})
+
+
+def _refuse_taken(agent_id: str) -> NoReturn:
+    raise Forbidden(f"agent id {agent_id!r} is bound to another token; a global admin "
+                    f"frees it (DELETE /v1/agents/{agent_id}/binding) once that token is "
+                    "revoked", code="agent_id_bound", detail={"agent_id": agent_id})

@@ -21,6 +21,7 @@ from loraplane.events import AgentStatus
 from registry_service.agents.models import AgentRow
 from registry_service.db.base import as_utc, utcnow
 from registry_service.db.engine import JsonText
+from registry_service.errors import Conflict
 
 _TIME = TypeAdapter(datetime)
 
@@ -133,8 +134,10 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
 
     Also the entry point for reports that arrive some other way than HTTP. The report's
     time is capped at the registry's clock: an agent whose clock runs ahead would
-    otherwise make every later report look older, and its status would freeze. A
-    leaving agent's report makes it stale at once, even one older than the stored.
+    otherwise make every later report look older, and its status would freeze. A report
+    older than the one held is refused (409 ``stale_report``) and changes nothing, not
+    even ``last_seen_at``. A leaving agent's report makes it stale at once, even one
+    older than the stored.
     """
     now = utcnow()
     if as_utc(status.time) > now:
@@ -160,8 +163,22 @@ async def upsert_agent_status(session: AsyncSession, status: AgentStatus, *,
                      status=_as_json(status), reported_at=as_utc(status.time))
         return Upserted(Seen(agent_id, status.base_model, stored.first_seen_at, last),
                         was_live, status)
+    if not status.leaving:
+        # Older than the report held (a retry that arrived late, or a clock that runs
+        # behind or stepped back): refused, and the agent is not marked seen, so the
+        # fleet never shows the held report as fresh on the strength of an old one.
+        raise _stale(status, stored.reported_at)
     held = await session.scalar(
         update(AgentRow).where(AgentRow.agent_id == agent_id).values(last_seen_at=last)
         .returning(AgentRow.status).execution_options(synchronize_session=False))
     return Upserted(Seen(agent_id, stored.base_model, stored.first_seen_at, last),
                     was_live, AgentStatus.model_validate(held))
+
+
+def _stale(status: AgentStatus, held_time: datetime) -> Conflict:
+    return Conflict(
+        f"agent {status.agent_id!r}: this report ({as_utc(status.time).isoformat()}) is "
+        f"older than the one held ({as_utc(held_time).isoformat()}); it is not stored and "
+        "the agent is not marked seen (is its clock behind?)", code="stale_report",
+        detail={"agent_id": status.agent_id, "report_time": as_utc(status.time).isoformat(),
+                "held_time": as_utc(held_time).isoformat()})

@@ -59,6 +59,15 @@ async def report_status(agent_id: AgentId, body: StatusBody, token: TokenDep, ct
     return stored
 
 
+@router.delete("/v1/agents/{agent_id}/binding", status_code=204)
+async def release_binding(agent_id: AgentId, session: SessionDep,
+                          principal: PrincipalDep) -> Response:
+    """Free the agent id from the revoked token bound to it (global admins): another
+    agent token may then bind it by its first report."""
+    await auth_service.release_agent_binding(session, principal, agent_id)
+    return Response(status_code=204)
+
+
 @router.get("/v1/agents")
 async def list_agents(session: SessionDep, principal: PrincipalDep, ctx: CtxDep,
                       stale_after_s: StaleAfter = None,

@@ -61,6 +61,7 @@ def _filtered(status: AgentStatus, visible: set[str] | None) -> AgentStatus:
         "failures": [f for f in status.failures if f.adapter in visible],
         # vLLM names are ``adapter@version``.
         "loaded": [n for n in status.loaded if n.partition("@")[0] in visible],
+        "tiers": [t for t in status.tiers if t.adapter in visible],
     })
 
 
@@ -151,6 +152,30 @@ async def tenant_rollouts(
     reports = await _reports(session, stale_after_s)
     return [_rollout(adapter, targets[adapter.id], reports, stale_after_s)
             for adapter in adapters]
+
+
+async def rollouts_by_scope(
+    session: AsyncSession, tenant_ids: set[int | None], *,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S, limit: int = 1000,
+) -> dict[int | None, list[RolloutOut]]:
+    """``tenant_rollouts`` for many scopes (a tenant's id, or None for every tenant) from
+    one read of the fleet: the UI's live streams share it, whatever their number."""
+    query = select(Adapter).where(Adapter.deleted_at.is_(None))
+    if None not in tenant_ids:
+        query = query.where(Adapter.tenant_id.in_(sorted(t for t in tenant_ids if t)))
+    adapters = list(await session.scalars(query.order_by(Adapter.name)))
+    targets = await _alias_targets(session, adapters)
+    reports = await _reports(session, stale_after_s)
+    built: dict[int, RolloutOut] = {}
+
+    def rollout(adapter: Adapter) -> RolloutOut:
+        if adapter.id not in built:
+            built[adapter.id] = _rollout(adapter, targets[adapter.id], reports, stale_after_s)
+        return built[adapter.id]
+
+    return {scope: [rollout(a) for a in adapters
+                    if scope is None or a.tenant_id == scope][:limit]
+            for scope in tenant_ids}
 
 
 def _rollout(adapter: Adapter, targets: list[AliasTarget], reports: list[AgentReport],

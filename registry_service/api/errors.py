@@ -73,6 +73,11 @@ def _allowed_methods(request: Request) -> str:
 
 async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+        # FastAPI's json.loads of a body nested deeper than Python's recursion limit;
+        # its own 400 says only "There was an error parsing the body".
+        return error_response(400, "json_too_deep",
+                              "the request body is nested too deeply to be read as JSON")
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     headers = exc.headers
     if exc.status_code == 405:

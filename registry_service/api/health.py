@@ -44,7 +44,8 @@ async def readyz(ctx: CtxDep) -> JSONResponse:
         checks["blob_store"] = exc.code
     # An unreachable NATS does not stop uploads (the outbox keeps them), so it is
     # reported but does not make the registry unready.
-    checks["event_bus"] = "ok" if ctx.relay.connected else "disconnected"
+    # A ping, not the client's flag: that stays up for a frozen or cut-off NATS.
+    checks["event_bus"] = await ctx.relay.bus_state()
     ready = checks["database"] == "ok" and checks["blob_store"] == "ok"
     return JSONResponse({"status": "ready" if ready else "unready", "checks": checks},
                         status_code=200 if ready else 503)

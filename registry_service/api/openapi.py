@@ -88,7 +88,8 @@ ERROR_STATUSES: dict[int, ErrorStatus] = {
     500: ErrorStatus("An internal error; the body says no more than that.", _always),
     503: ErrorStatus("The database, the blob store or the event bus cannot be reached; "
                      "retry later.", _secured, _RETRY),
-    507: ErrorStatus("The registry's disk is full; retry later.", _uploads, _RETRY),
+    507: ErrorStatus("`insufficient_storage`: the registry's disk or its blob store is "
+                     "full; retry later.", _uploads, _RETRY),
 }
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, String
+from sqlalchemy import ForeignKey, Index, String
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from registry_service.db.base import Base, UTCDateTime, utcnow
@@ -13,6 +13,9 @@ class ApiToken(Base):
     """A bearer token. Only its sha256 is stored; the secret is shown once."""
 
     __tablename__ = "api_tokens"
+    # An agent id is bound to one token at most, revoked ones included: a revoked
+    # token's binding is freed by a global admin only (auth/service.py).
+    __table_args__ = (Index("uq_api_tokens_agent_id", "agent_id", unique=True),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(255))
@@ -24,7 +27,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     # An agent token speaks for one agent: the id it was made for, or else the first
-    # id it reports as. NULL for other roles, and for an agent token not used yet.
+    # id it reports as; and that id is its alone (the unique index). NULL for other
+    # roles, for an agent token not used yet, and once a global admin freed the id.
     agent_id: Mapped[str | None] = mapped_column(String(255), default=None)
 
     tenant: Mapped[Tenant | None] = relationship(lazy="joined")

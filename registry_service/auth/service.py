@@ -8,15 +8,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.api.agents import InferenceCredential, InferenceCredentials
-from loraplane.events import CredentialsChanged, TokenIssued, TokenRevoked
+from loraplane.events import (
+    AgentBindingReleased,
+    CredentialsChanged,
+    TokenIssued,
+    TokenRevoked,
+)
 from registry_service.auth.models import ApiToken
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
 from registry_service.errors import (
     BadRequest,
+    Conflict,
     Forbidden,
     InvalidInput,
     NotFound,
@@ -113,6 +120,8 @@ async def create_token(
         raise BadRequest("only an agent token is bound to an agent id",
                          code="agent_id_needs_agent_role")
     tenant_row = await get_or_create_tenant(session, tenant) if tenant else None
+    if agent_id is not None:
+        await _take_agent_id(session, agent_id)
     secret = secret or new_secret()
     token = ApiToken(
         name=name.strip(),
@@ -124,11 +133,59 @@ async def create_token(
         agent_id=agent_id,
     )
     session.add(token)
-    await session.flush()
+    try:
+        await session.flush()
+    except IntegrityError as exc:  # another token bound the id meanwhile
+        await session.rollback()
+        raise _agent_id_taken(agent_id or "") from exc
     _audit(session, token, TokenIssued, actor=actor)
     _credentials_changed(session, token, actor=actor)
     await session.commit()
     return CreatedToken(token=token, secret=secret)
+
+
+def _agent_id_taken(agent_id: str) -> Conflict:
+    return Conflict(f"agent id {agent_id!r} is bound to a live token; revoke it first",
+                    code="agent_id_taken", detail={"agent_id": agent_id})
+
+
+async def _take_agent_id(session: AsyncSession, agent_id: str) -> None:
+    """Make ``agent_id`` free for a token being created for it: a revoked token's
+    binding is handed over (a global admin names the id on purpose), a live one's never."""
+    holder = await session.scalar(select(ApiToken).where(ApiToken.agent_id == agent_id)
+                                  .with_for_update(of=ApiToken))
+    if holder is None:
+        return
+    if holder.revoked_at is None:
+        raise _agent_id_taken(agent_id)
+    holder.agent_id = None
+    await session.flush()
+
+
+async def release_agent_binding(session: AsyncSession, actor: Principal,
+                                agent_id: str) -> None:
+    """Free ``agent_id`` from the revoked token bound to it, and commit (global admins).
+
+    A binding outlives its token's revocation, so that no other agent token can take
+    the id over between a revocation and the new token's first report; a new token
+    made for the id (``agent_id`` at creation) takes it over without this.
+    """
+    if not actor.is_global_admin:
+        raise Forbidden("only a global admin frees an agent id", code="insufficient_role",
+                        detail={"required": "admin (global)", "actual": actor.role.value})
+    holder = await session.scalar(select(ApiToken).where(ApiToken.agent_id == agent_id)
+                                  .with_for_update(of=ApiToken))
+    if holder is None:
+        raise NotFound(f"no token is bound to agent id {agent_id!r}",
+                       code="agent_binding_not_found", detail={"agent_id": agent_id})
+    if holder.revoked_at is None:
+        raise Conflict(f"agent id {agent_id!r} is bound to live token {holder.id}; revoke "
+                       "it first", code="agent_token_live",
+                       detail={"agent_id": agent_id, "token_id": holder.id})
+    holder.agent_id = None
+    record_audit(session, AgentBindingReleased(**envelope("", ""), agent_id=agent_id,
+                                               token_id=holder.id), actor=actor.name)
+    await session.commit()
 
 
 def _audit(session: AsyncSession, token: ApiToken, kind: type[TokenIssued | TokenRevoked], *,

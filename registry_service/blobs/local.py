@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from loraplane.private_files import FILE_MODE, make_dirs, open_private, private_dir
 from registry_service.blobs.base import (
     DEFAULT_CHUNK_SIZE,
     BlobStream,
@@ -24,16 +25,24 @@ from registry_service.blobs.base import (
     blob_key,
     sha256_of_key,
 )
-from registry_service.errors import BlobNotFound, BlobStoreUnavailable
+from registry_service.errors import BlobNotFound, BlobStoreFull, BlobStoreUnavailable
 
 _COPY_BUFFER = 1024 * 1024
 TEMP_SUFFIX = ".tmp"
 
 
-def _unavailable(exc: OSError, op: str, sha256: str | None = None) -> BlobStoreUnavailable:
+# Out of space, or over a quota: 507 insufficient_storage, as a full staging folder.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _unavailable(exc: OSError, op: str,
+                 sha256: str | None = None) -> BlobStoreUnavailable | BlobStoreFull:
     detail: dict[str, object] = {"op": op, "errno": errno.errorcode.get(exc.errno or 0, "")}
     if sha256 is not None:
         detail["sha256"] = sha256
+    if exc.errno in _DISK_FULL:
+        return BlobStoreFull(f"the local blob store is full (failed to {op}); free space or "
+                             "try again later", detail=detail)
     return BlobStoreUnavailable(f"local blob store failed to {op}: {exc.strerror}", detail=detail)
 
 
@@ -50,7 +59,7 @@ def _copy_durably(src: Path, dst: Path) -> int:
     """Copy src to a new file dst, fsync it, and return the number of bytes written."""
     written = 0
     with src.open("rb") as fsrc:
-        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         with os.fdopen(fd, "wb") as fdst:
             while chunk := fsrc.read(_COPY_BUFFER):
                 fdst.write(chunk)
@@ -80,7 +89,7 @@ class LocalBlobStore:
         try:
             if final.is_file() and final.stat().st_size == size:
                 return
-            final.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(final.parent)
         except OSError as exc:
             raise _unavailable(exc, "prepare a blob directory", sha256) from exc
         # A unique name per writer: two uploads of the same blob may race, and each
@@ -104,9 +113,9 @@ class LocalBlobStore:
     async def open_writer(self, expected_sha256: str | None = None) -> LocalBlobWriter:
         # The name is only decided at the end, so the file starts at the store's root.
         try:
-            await asyncio.to_thread(self.root.mkdir, parents=True, exist_ok=True)
+            await asyncio.to_thread(private_dir, self.root)
             tmp = self.root / f".upload.{uuid.uuid4().hex}{TEMP_SUFFIX}"
-            handle = await asyncio.to_thread(tmp.open, "xb")
+            handle = await asyncio.to_thread(open_private, tmp)
         except OSError as exc:
             raise _unavailable(exc, "start a blob") from exc
         return LocalBlobWriter(self, tmp, handle)
@@ -190,7 +199,7 @@ class LocalBlobStore:
 
     def _check_sync(self) -> None:
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            private_dir(self.root)
             # Writing is what uploads need; a read-only mount must fail readiness.
             probe = self.root / f".check.{uuid.uuid4().hex}{TEMP_SUFFIX}"
             probe.write_bytes(b"")
@@ -231,7 +240,7 @@ class LocalBlobWriter:
             if final.is_file() and final.stat().st_size == size:
                 self._tmp.unlink()
             else:
-                final.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(final.parent)
                 os.replace(self._tmp, final)
                 _fsync_dir(final.parent)
         except OSError as exc:

@@ -32,7 +32,12 @@ from registry_service.blobs.base import (
 )
 from registry_service.blobs.lean_models import lean_botocore_session
 from registry_service.blobs.s3_writer import UPLOADS_PREFIX, S3BlobWriter
-from registry_service.errors import BlobNotFound, BlobStoreUnavailable, RegistryError
+from registry_service.errors import (
+    BlobNotFound,
+    BlobStoreFull,
+    BlobStoreUnavailable,
+    RegistryError,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -56,6 +61,10 @@ _TRANSIENT_CODES = frozenset(
     }
 )
 _TRANSPORT_ERRORS = (BotoCoreError, urllib3.exceptions.HTTPError, OSError)
+# A store out of space: MinIO's 507 (its drives below their free-space threshold) and
+# Ceph RGW's bucket or user quota (403). S3 itself never fills; EntityTooLarge is one
+# object over S3's size limit, not a full store, and stays what it was.
+_FULL_CODES = frozenset({"XMinioStorageFull", "QuotaExceeded"})
 
 
 def _client_error_info(exc: ClientError) -> tuple[str, int]:
@@ -83,6 +92,9 @@ def map_s3_error(
         detail.update(s3_code=code, s3_status=status)
         if key_level and (code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchBucket")):
             return BlobNotFound("blob not found", detail=detail)
+        if status == 507 or code in _FULL_CODES:
+            return BlobStoreFull(f"the S3 store is full (refused to {op}: {code or status})",
+                                 detail=detail)
         error = BlobStoreUnavailable(f"S3 refused to {op}: {code or status}", detail=detail)
         error.retryable = status >= 500 or status == 429 or code in _TRANSIENT_CODES
         return error

@@ -6,10 +6,11 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import orjson
-from sqlalchemy import event
+from sqlalchemy import event, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import (
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from loraplane.private_files import private_sqlite
 from registry_service.errors import InvalidInput, Unavailable
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,10 @@ def json_dumps(value: Any) -> str:
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     codec: dict[str, Any] = {"json_serializer": json_dumps}
     if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            # Token hashes and the audit log: 0600, as are SQLite's -wal and -shm.
+            private_sqlite(Path(database))
         engine = create_async_engine(
             url, echo=echo, connect_args={"timeout": 30}, **codec
         )

@@ -17,6 +17,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from loraplane.private_files import private_dir
 from registry_service.db.engine import Database
 from registry_service.errors import RegistryError
 from registry_service.settings import RegistrySettings
@@ -122,7 +123,7 @@ def migrate_database(
 ) -> tuple[str | None, str | None]:
     """Move the schema up (or ``down``) to ``revision``; the revisions before and after."""
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
     from alembic.util.exc import CommandError  # noqa: PLC0415 - see the module docstring
 
     url = settings.effective_database_url

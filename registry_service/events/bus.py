@@ -17,6 +17,7 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from loraplane.event_signing import SIGNATURE_HEADER
 from loraplane.events import STREAM_NAME, STREAM_SUBJECTS
 from loraplane.nats_auth import ConnectErrors, NatsSecurity, describe_error, describe_nats
 from loraplane.netutil import mask_url
@@ -77,6 +78,19 @@ class EventBus:
     @property
     def is_closed(self) -> bool:
         return self._nc.is_closed
+
+    async def answers(self, timeout_s: float) -> bool:
+        """One PING/PONG with the server: whether it answered within ``timeout_s``.
+
+        ``is_connected`` alone stays true for a server that is frozen or cut off behind
+        a live TCP connection until the client's own pings give up (about a minute)."""
+        if not self.is_connected:
+            return False
+        try:
+            await self._nc.flush(timeout=timeout_s)  # type: ignore[arg-type]
+        except (nats.errors.Error, OSError, TimeoutError):
+            return False
+        return True
 
     async def connect(self) -> None:
         try:
@@ -145,26 +159,32 @@ class EventBus:
                                                  duplicate_window=DUPLICATE_WINDOW_S))
             log.info("updated JetStream stream %s", STREAM_NAME)
 
-    async def publish(self, subject: str, data: bytes, msg_id: str) -> int:
+    async def publish(self, subject: str, data: bytes, msg_id: str,
+                      signature: str | None = None) -> int:
         """Publish and wait for the stream's ack; returns the stream sequence.
 
         A duplicate (same ``msg_id`` inside the window) is acked with the sequence of
         the first copy, so the caller records the same number either way.
         """
-        acked = await self.send(subject, data, msg_id)
+        acked = await self.send(subject, data, msg_id, signature=signature)
         return await acked()
 
-    async def send(self, subject: str, data: bytes, msg_id: str) -> Callable[[], Awaitable[int]]:
+    async def send(self, subject: str, data: bytes, msg_id: str,
+                   signature: str | None = None) -> Callable[[], Awaitable[int]]:
         """Publish without waiting; returns the wait for the stream's ack (its sequence).
 
         Messages sent one after another from one connection reach the stream in that
         order, so a batch can be in flight at once: its subscribers then get the batch
         together (one wake-up each) instead of one message per round trip to the stream.
+        ``signature``: the ``Loraplane-Signature`` header (loraplane/event_signing.py).
         """
         js = self._jetstream()
+        headers = {MSG_ID_HEADER: msg_id}
+        if signature is not None:
+            headers[SIGNATURE_HEADER] = signature
         async with _nats_errors("publish"):
             future = await js.publish_async(subject, data, stream=STREAM_NAME,
-                                            headers={MSG_ID_HEADER: msg_id})
+                                            headers=headers)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
 

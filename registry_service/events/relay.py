@@ -44,10 +44,12 @@ from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from loraplane.event_signing import EventSigner
 from loraplane.nats_auth import NatsSecurity
 from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
@@ -90,10 +92,14 @@ class EventRelay:
         self, db: Database, nats_url: str, *, settings: RegistrySettings,
         metrics: RegistryMetrics, security: NatsSecurity | None = None,
         hand_over: bool = True, linker: FileLinker | None = None,
+        signer: EventSigner | None = None,
     ) -> None:
         """``hand_over`` False: every row waits for a claiming pass (the design before
-        the hand-over, kept for bench/relay_latency.py to compare against)."""
+        the hand-over, kept for bench/relay_latency.py to compare against). ``signer``
+        signs every message (agents refuse unsigned ones); None: a key of this relay's
+        own, which only agents told its public key accept (tests)."""
         self._db = db
+        self.signer = signer or EventSigner(Ed25519PrivateKey.generate())
         self._linker = linker
         self._url = nats_url
         self._security = security
@@ -115,6 +121,15 @@ class EventRelay:
     @property
     def connected(self) -> bool:
         return self._bus is not None and self._bus.is_connected
+
+    async def bus_state(self, timeout_s: float = 1.0) -> str:
+        """``ok`` when NATS answers a ping within ``timeout_s``; ``disconnected`` when
+        the relay holds no connection, ``unresponsive`` when it holds one NATS does not
+        answer on (a frozen server, a cut network): what ``/readyz`` reports."""
+        bus = self._bus
+        if bus is None or not bus.is_connected:
+            return "disconnected"
+        return "ok" if await bus.answers(timeout_s) else "unresponsive"
 
     @property
     def passes(self) -> int:
@@ -302,7 +317,8 @@ class EventRelay:
                 break
             try:
                 sent.append((row, time.perf_counter(),
-                             await bus.send(row.subject, data, row.event_id)))
+                             await bus.send(row.subject, data, row.event_id,
+                                            signature=self.signer.header(data))))
             except EventBusUnavailable as exc:
                 failure = exc
                 break

@@ -16,6 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import (
     AdapterCreated,
+    AdapterNameFreed,
+    AgentBindingReleased,
     Event,
     TokenIssued,
     TokenRevoked,
@@ -61,7 +63,8 @@ def record_event(session: AsyncSession, event: Event, *, actor: str) -> EventRow
     return row
 
 
-AuditOnly = AdapterCreated | TokenIssued | TokenRevoked
+AuditOnly = (AdapterCreated | TokenIssued | TokenRevoked | AgentBindingReleased
+             | AdapterNameFreed)
 
 
 def record_audit(session: AsyncSession, event: AuditOnly, *, actor: str) -> EventRow:

@@ -6,17 +6,22 @@ the endpoints use the usual authentication and tenant scoping, and no cookie is 
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
+from registry_service.auth.roles import Role
+from registry_service.context import RegistryContext
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep, TokenDep
 from registry_service.ui import service
 from registry_service.ui.schemas import Fleet, SignedIn, Timeline
-from registry_service.ui.stream import live_updates
+from registry_service.ui.stream import StreamHub, open_stream
 
 STATIC = Path(__file__).parent / "static"
 # The page may load and call nothing but this registry.
@@ -26,6 +31,24 @@ _PAGE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
 }
+
+class LiveResponse(StreamingResponse):
+    """A stream that ends as soon as its client goes, not at its next write: under
+    ASGI 2.4 Starlette notices a gone client only when a send fails, and an idle page is
+    sent a ping only every 15 s, all that time holding one of its token's streams."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def stream() -> None:
+                with suppress(OSError):  # the client went while a frame was on its way
+                    await self.stream_response(send)
+                group.cancel_scope.cancel()
+
+            group.start_soon(stream)
+            await self.listen_for_disconnect(receive)
+            group.cancel_scope.cancel()
+
 
 pages = APIRouter(include_in_schema=False)
 api = APIRouter(prefix="/ui/api", tags=["ui"])
@@ -63,11 +86,19 @@ async def get_fleet(ctx: CtxDep, session: SessionDep, principal: PrincipalDep) -
 @api.get("/stream", include_in_schema=False)
 async def stream(ctx: CtxDep, principal: PrincipalDep, token: TokenDep) -> StreamingResponse:
     # ``principal`` refuses a bad token with the usual 4xx before the stream starts.
-    del principal
-    updates = live_updates(ctx.db, token, interval_s=ctx.settings.ui_poll_interval_s,
-                           stale_after_s=ctx.settings.agent_stale_after_s)
-    return StreamingResponse(updates, media_type="text/event-stream",
+    principal.require(Role.READER)
+    updates = open_stream(stream_hub(ctx), token,
+                          max_per_token=ctx.settings.ui_max_streams_per_token)
+    return LiveResponse(updates, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def stream_hub(ctx: RegistryContext) -> StreamHub:
+    """The process's one hub of live streams, made at the first stream."""
+    if ctx.ui_streams is None:
+        ctx.ui_streams = StreamHub(ctx.db, interval_s=ctx.settings.ui_poll_interval_s,
+                                   stale_after_s=ctx.settings.agent_stale_after_s)
+    return ctx.ui_streams
 
 
 def install_ui(app: FastAPI) -> None:

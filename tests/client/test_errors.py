@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,6 +14,7 @@ from loraplane.client import (
     BadRequest,
     BadResponse,
     Conflict,
+    DownloadFailed,
     Forbidden,
     InvalidURL,
     NotFound,
@@ -176,7 +178,7 @@ def test_path_segments_cannot_escape_their_route() -> None:
 
 
 def version_json(number: int) -> dict[str, object]:
-    return {"adapter": "a", "version": number, "digest": "d", "base_model": "m", "rank": 8,
+    return {"adapter": "a", "version": number, "digest": "d" * 64, "base_model": "m", "rank": 8,
             "alpha": 16.0, "target_modules": [], "files": [], "total_size": 1,
             "uploader": "u", "notes": "", "created_at": "2026-01-01T00:00:00Z"}
 
@@ -242,3 +244,22 @@ def test_following_events_retries_an_unavailable_registry_and_raises_a_refusal(
             next(follow)
     assert told == [("starting", 1), ("http_502", 2), (None, 0)]
     assert waits == [1.0, 2.0] and asked == ["0", "0", "0", "1"]
+
+
+@pytest.mark.parametrize("url", [
+    "https://attacker.example/v1/adapters/a/versions/1/files/x", "//attacker.example/v1/x",
+    "/v1/../../etc/passwd", "/v1/adapters/a/./x", "/v1//x", "/steal", "v1/x",
+    "/v1/x?y=1", "/v1/x#frag", "/v1\\x",
+])
+def test_a_file_url_off_the_registry_is_never_fetched(url: str, tmp_path: Path) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=b"x")
+
+    client = RegistryClient("http://registry", "secret-token",
+                            transport=httpx.MockTransport(handler))
+    with pytest.raises(DownloadFailed) as refused:
+        client.download(url, tmp_path / "f", size=1, sha256="0" * 64)
+    assert refused.value.code == "foreign_file_url" and seen == []

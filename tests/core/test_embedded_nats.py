@@ -12,7 +12,15 @@ import nats
 import pytest
 
 from devharness.services import NatsService, ServiceStartError
-from loraplane.embedded_nats import BINARY_ENV, EmbeddedNats, EmbeddedNatsError
+from loraplane.embedded_nats import (
+    BINARY_ENV,
+    PORT_FILE,
+    EmbeddedNats,
+    EmbeddedNatsError,
+    ForeignServer,
+    PortInUse,
+    data_dir_port,
+)
 from loraplane.netutil import free_port, free_ports
 
 
@@ -76,10 +84,69 @@ def test_embedded_nats_reports_a_taken_port_quickly(tmp_path: Path) -> None:
         taken.listen()
         server = EmbeddedNats(tmp_path / "nats", taken.getsockname()[1])
         started = time.monotonic()
-        with pytest.raises(EmbeddedNatsError, match="exited"):
+        with pytest.raises(PortInUse, match="already in use by another process"):
             server.start()
         assert time.monotonic() - started < 5
         assert not server.running
+
+
+def test_a_second_server_on_a_taken_port_never_uses_the_first(tmp_path: Path) -> None:
+    with EmbeddedNats(tmp_path / "first", free_port()) as first:
+        second = EmbeddedNats(tmp_path / "second", first.port)
+        with pytest.raises(PortInUse, match=str(first.port)):
+            second.start()
+        assert not second.running and first.running
+
+
+def test_another_server_answering_on_the_port_fails_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the port be taken between the check and the child's bind, the child's
+    probe reaches the other server: its name says it is not ours."""
+    with EmbeddedNats(tmp_path / "other", free_port()) as other:
+        # A child that runs but never listens, on a port the check is told is free.
+        fake = tmp_path / "fake-nats-server"
+        fake.write_text("#!/bin/sh\nexec sleep 30\n")
+        fake.chmod(0o755)
+        monkeypatch.setattr("loraplane.embedded_nats.port_is_free", lambda host, port: True)
+        ours = EmbeddedNats(tmp_path / "ours", other.port, binary=fake)
+        with pytest.raises(ForeignServer, match=other.server_name):
+            ours.start()
+        assert not ours.running and other.running
+        assert ours.server_name != other.server_name
+
+
+async def test_each_server_is_named_and_checked_by_its_name(tmp_path: Path) -> None:
+    async with EmbeddedNats(tmp_path / "nats", free_port()) as server:
+        client = await nats.connect(server.url, connect_timeout=2, allow_reconnect=False)
+        try:
+            assert client._server_info["server_name"] == server.server_name
+        finally:
+            await client.close()
+        assert server.pid is not None and str(server.pid) in server.describe()
+
+
+def test_a_data_folder_keeps_its_port(tmp_path: Path) -> None:
+    store = tmp_path / "nats"
+    port = data_dir_port(store)
+    assert (store / PORT_FILE).read_text().strip() == str(port)
+    assert data_dir_port(store) == port
+    # Forced (LORAPLANE_EMBEDDED_NATS_PORT) wins, and is the folder's port from then on.
+    forced = free_port()
+    assert data_dir_port(store, forced) == forced
+    assert data_dir_port(store) == forced
+    (store / PORT_FILE).write_text("not a port\n")
+    with pytest.raises(EmbeddedNatsError, match="not a port"):
+        data_dir_port(store)
+
+
+def test_two_data_folders_get_two_ports(tmp_path: Path) -> None:
+    first = data_dir_port(tmp_path / "a" / "nats")
+    with socket.socket() as held:
+        # Held as a running server would hold it: the second folder must not get it.
+        held.bind(("127.0.0.1", first))
+        held.listen()
+        assert data_dir_port(tmp_path / "b" / "nats") != first
 
 
 def test_missing_nats_binary_says_how_to_provide_it(

@@ -17,16 +17,19 @@ from pathlib import Path
 
 import nkeys
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import SecretStr
 
 from devharness.waiting import eventually
 from inference_agent.control.follower import Follower
 from inference_agent.control.keys import CREDENTIALS
 from inference_agent.control.workqueue import Backoff
+from loraplane.event_signing import EventSigner
 from loraplane.events import subject_for
 from loraplane.nats_auth import NatsSecurity
 from registry_service.errors import EventBusUnavailable
 from registry_service.events.bus import EventBus
+from tests.agent.trust_support import trusting
 from tests.core.nats_auth_support import (
     decentralized,
     make_pki,
@@ -37,6 +40,8 @@ from tests.core.nats_auth_support import (
 
 PASSWORD = "pa55-word-secret"
 TOKEN = "t0ken-secret"
+# The registry's relay signs what it publishes; the follower believes only this key.
+SIGNER = EventSigner(Ed25519PrivateKey.generate())
 
 
 @dataclass
@@ -95,6 +100,7 @@ def secured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Secured]
 async def following(url: str, security: NatsSecurity,
                     keys: list[str]) -> AsyncIterator[Follower]:
     follower = Follower(url, agent_id="gpu-secure", base_model="tiny", enqueue=keys.append,
+                        trust=trusting(SIGNER),
                         fetch_timeout_s=0.5, error_streak=2, connect_timeout_s=3,
                         request_timeout_s=3, backoff=Backoff(0.2, 1.0), security=security)
     task = asyncio.create_task(follower.run(1))
@@ -131,7 +137,9 @@ async def test_the_relay_publishes_and_the_follower_receives(secured: Secured) -
     try:
         async with following(secured.url, secured.good, keys) as follower:
             await asyncio.wait_for(follower.connected.wait(), 15)
-            await bus.publish(subject_for("acme", ""), _event(1), "e-1")
+            data = _event(1)
+            await bus.publish(subject_for("acme", ""), data, "e-1",
+                              signature=SIGNER.header(data))
             await eventually(lambda: CREDENTIALS in keys, timeout_s=10, what="the event")
     finally:
         await bus.close()

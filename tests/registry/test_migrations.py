@@ -20,6 +20,7 @@ from alembic.script import ScriptDirectory
 from click.testing import CliRunner
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from devharness.registry import RegistryHarness
 from devharness.services import NatsService, PostgresDatabase, ServiceStartError
@@ -229,3 +230,34 @@ async def test_0003_carries_rules_over_to_their_adapters_tenant(db: Database) ->
             "SELECT id, kind, key FROM routing_rules ORDER BY id"))).all()
     assert [tuple(k) for k in keys] == [(1, "customer", "alice"), (3, "default", "default"),
                                         (5, "task", "sum")]
+
+
+_SHARED_AGENT_IDS = """
+INSERT INTO api_tokens (id, name, token_hash, prefix, role, created_at, revoked_at, agent_id)
+VALUES (1, 'a', 'h1', 'lp_1', 'agent', :now, :now, 'gpu-1'),
+ (2, 'b', 'h2', 'lp_2', 'agent', :now, NULL, 'gpu-1'),
+ (3, 'c', 'h3', 'lp_3', 'agent', :now, NULL, 'gpu-1'),
+ (4, 'd', 'h4', 'lp_4', 'agent', :now, :now, 'gpu-2'),
+ (5, 'e', 'h5', 'lp_5', 'agent', :now, :now, 'gpu-2'),
+ (6, 'f', 'h6', 'lp_6', 'agent', :now, NULL, 'gpu-3');
+"""
+
+
+async def test_0009_leaves_each_agent_id_on_one_token(db: Database) -> None:
+    """Ids several tokens shared before 0009 stay with the oldest live token (else the
+    newest revoked one); a live token that loses its id is revoked."""
+    await migrate.upgrade(db, "0008")
+    async with db.engine.begin() as conn:
+        await conn.execute(text(_SHARED_AGENT_IDS), {"now": utcnow()})
+    await migrate.upgrade(db)
+    await assert_at_head(db)
+    async with db.engine.connect() as conn:
+        rows = (await conn.execute(text(
+            "SELECT id, agent_id, revoked_at IS NOT NULL FROM api_tokens ORDER BY id"))).all()
+    assert [tuple(r) for r in rows] == [
+        (1, None, True), (2, "gpu-1", False), (3, None, True), (4, None, True),
+        (5, "gpu-2", True), (6, "gpu-3", False)]
+    async with db.engine.connect() as conn:
+        with pytest.raises(IntegrityError):
+            await conn.execute(text("UPDATE api_tokens SET agent_id = 'gpu-1' WHERE id = 6"))
+    await migrate.downgrade(db, "0008")

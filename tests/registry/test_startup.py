@@ -255,8 +255,12 @@ async def test_embedded_default_runs_its_own_nats(
         deleted = await client.delete("/v1/adapters/support-bot", headers=admin)
         assert deleted.status_code == 204, deleted.text
 
+        # The embedded server takes its users only; the registry's may read the stream.
+        security = ctx.embedded_nats.security()
+        assert security is not None and security.user == "registry"
         reader = NatsClient()
-        await reader.connect(ctx.embedded_nats.url, connect_timeout=5)
+        await reader.connect(ctx.embedded_nats.url, connect_timeout=5,
+                             **security.connect_options())
         try:
             js = JetStreamContext(reader)
 

@@ -23,6 +23,7 @@ from inference_agent.node.registry_client import RegistryLink
 from loraplane.events import STREAM_NAME, DesiredState, RouteChanged, RouteRule
 from registry_service.events.models import EventRow
 from tests.agent.loop_support import ServedRegistry, served_registry
+from tests.agent.trust_support import trusting
 
 BASE = "tiny-llama"
 
@@ -55,12 +56,13 @@ async def _none_left(reg: ServedRegistry) -> bool:
 
 
 @asynccontextmanager
-async def following(nats_url: str, start_seq: int, keys: list[str],
+async def following(reg: ServedRegistry, nats_url: str, start_seq: int, keys: list[str],
                     agent_id: str = "gpu-1.example",
                     backoff: Backoff[str] | None = None) -> AsyncIterator[Follower]:
     """A follower for the block; ``backoff.failures("session")`` counts the sessions that
     broke or never started since the last good one."""
     follower = Follower(nats_url, agent_id=agent_id, base_model=BASE, enqueue=keys.append,
+                        trust=trusting(reg.harness.ctx.relay.signer),
                         fetch_timeout_s=0.5, error_streak=2, connect_timeout_s=2,
                         request_timeout_s=2, backoff=backoff or Backoff(0.2, 1.0),
                         metrics=AgentMetrics())
@@ -100,7 +102,7 @@ async def test_follows_from_the_snapshot_without_missing_or_replaying(
     await reg.harness.create_adapter("bot")
     await reg.publish("bot", make_adapter(tmp_path / "bot1", seed=2))
     keys: list[str] = []
-    async with following(nats.url, snapshot.stream_seq + 1, keys) as follower:
+    async with following(reg, nats.url, snapshot.stream_seq + 1, keys) as follower:
         await eventually(lambda: "bot" in keys, what="bot queued")
         assert "early" not in keys, "events up to the snapshot are not replayed"
         assert follower.consumer == consumer_name("gpu-1.example")
@@ -131,12 +133,12 @@ async def test_a_restarted_agent_recreates_its_consumer_at_the_new_snapshot(
     await reg.publish("bot", make_adapter(tmp_path / "v1", seed=1))
     await settled_snapshot(reg)
     keys: list[str] = []
-    async with following(nats.url, 1, keys):
+    async with following(reg, nats.url, 1, keys):
         await eventually(lambda: keys.count("bot") >= 2, what="history from seq 1")
     await reg.publish("bot", make_adapter(tmp_path / "v2", seed=2))
     second = await settled_snapshot(reg)
     keys.clear()
-    async with following(nats.url, second.stream_seq + 1, keys) as follower:
+    async with following(reg, nats.url, second.stream_seq + 1, keys) as follower:
         await eventually(follower.connected.is_set, what="connected")
         # A marker: the stream delivers in order, so from the old consumer's position
         # v2's events would come before it.
@@ -156,7 +158,7 @@ async def test_outage_catches_up_and_queues_a_full_resync(
     snapshot = await settled_snapshot(reg)
     keys: list[str] = []
     backoff: Backoff[str] = Backoff(0.2, 1.0)
-    async with following(nats.url, snapshot.stream_seq + 1, keys, backoff=backoff) as follower:
+    async with following(reg, nats.url, snapshot.stream_seq + 1, keys, backoff=backoff) as follower:
         await eventually(follower.connected.is_set, what="connected")
         nats.stop()
         # The registry keeps the change in its outbox while NATS is down.
@@ -180,7 +182,7 @@ async def test_nats_down_at_start_is_waited_for(
     nats.stop()
     keys: list[str] = []
     backoff: Backoff[str] = Backoff(0.2, 1.0)
-    async with following(nats.url, snapshot.stream_seq + 1, keys, backoff=backoff) as follower:
+    async with following(reg, nats.url, snapshot.stream_seq + 1, keys, backoff=backoff) as follower:
         await eventually(lambda: backoff.failures("session") >= 2, timeout_s=20,
                          what="two failed connects")
         assert not follower.connected.is_set() and follower.sessions == 0

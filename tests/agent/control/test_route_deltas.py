@@ -165,16 +165,18 @@ async def test_an_older_snapshot_never_undoes_a_newer_change(
     registry = CountedReads(RegistryLink(served.url, token))
     agent = Agent(registry)
     try:
+        since = agent.reconciler.route_sync.mark()
         old = await registry.desired(BASE)  # read before the change, taken after it
         await agent.reconciler.resync_all()
         await put(served, "customer", "c1", "bot")
         (event,) = await route_events(served.harness.nats.url, 1)
         agent.reconciler.on_event(event)
         assert agent.rules() == {("customer", "c1", "bot")}
-        agent.reconciler.route_sync.take(old)
+        agent.reconciler.route_sync.take(old, since)
         assert agent.rules() == {("customer", "c1", "bot")}
         # A snapshot as new as the change takes over.
-        agent.reconciler.route_sync.take(await registry.desired(BASE))
+        since = agent.reconciler.route_sync.mark()
+        agent.reconciler.route_sync.take(await registry.desired(BASE), since)
         assert agent.rules() == {("customer", "c1", "bot")}
     finally:
         await registry.link.aclose()

@@ -69,7 +69,11 @@ def test_rules_customer_then_task_then_default_then_base(table: RouteTable) -> N
     both = {"X-Customer-Id": "c1", "X-Task-Type": "summarize"}
     assert name_of(table.resolve(None, both, TENANT)) == "bot@4"
     assert name_of(table.resolve(None, {"x-task-type": "summarize"}, TENANT)) == "sum@1"
-    assert name_of(table.resolve(BASE, {"X-Customer-Id": "other"}, TENANT)) == "bot@3"
+    assert name_of(table.resolve(None, {"X-Customer-Id": "other"}, TENANT)) == "bot@3"
+    # Naming the base model asks for the base model: the default rule stands in for a
+    # missing model only; a customer or task header still routes.
+    assert name_of(table.resolve(BASE, {"X-Customer-Id": "other"}, TENANT)) == BASE
+    assert name_of(table.resolve(BASE, {"X-Customer-Id": "c1"}, TENANT)) == "bot@4"
     # An explicit adapter wins over every header rule.
     assert name_of(table.resolve("sum", {"X-Customer-Id": "c1"}, TENANT)) == "sum@1"
     table.set_rules([rule("customer", "c1", "bot", "canary")])
@@ -184,3 +188,23 @@ def test_an_adapter_with_every_alias_removed_is_not_served(table: RouteTable) ->
         with pytest.raises(NotServable) as refused:
             table.resolve(model, {}, TENANT)
         assert refused.value.message == "the adapter 'sum' is not served here"
+
+
+def test_a_rule_never_reaches_another_tenants_adapter(table: RouteTable) -> None:
+    table.set_owner("evil-bot", "evil")
+    assert table.set_alias("evil-bot", "live", 1, ref("evil-bot", 1))
+    # A rule kept under acme's key that names evil's adapter and claims to be evil's
+    # (a forged delta): refused when it arrives, and refused when resolved.
+    forged = rule("customer", "c1", "evil-bot", tenant="evil")
+    table.set_rule(TENANT, "customer", "c1", forged)
+    assert table.rules() == []
+    assert name_of(table.resolve(None, {"X-Customer-Id": "c1"}, TENANT)) == BASE
+    table.set_rules([rule("default", "default", "evil-bot")])  # acme's rule, evil's adapter
+    with pytest.raises(NotServable):
+        table.resolve(None, {}, TENANT)
+    with pytest.raises(NotServable):
+        table.resolve(None, {"X-Customer-Id": "c1"}, TENANT)
+    assert name_of(table.resolve("evil-bot", {}, "evil")) == "evil-bot@1"
+    # A delta filed under another kind or key than its rule's is dropped too.
+    table.set_rule(TENANT, "task", "t", rule("customer", "c1", "bot"))
+    assert table.rules() == [rule("default", "default", "evil-bot")]

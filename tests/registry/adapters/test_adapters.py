@@ -17,7 +17,7 @@ async def test_create_validates_and_refuses_duplicates(registry: RegistryHarness
     dup = await registry.client.post("/v1/adapters", json={"name": "bot", "base_model": "m",
                                                             "tenant": "other"},
                                      headers=registry.admin_headers)
-    assert dup.status_code == 409 and dup.json()["error"]["code"] == "adapter_exists"
+    assert dup.status_code == 409 and dup.json()["error"]["code"] == "adapter_name_taken"
     bad = await registry.client.post("/v1/adapters", json={"name": "Bad_Name", "base_model": "m",
                                                             "tenant": "acme"},
                                      headers=registry.admin_headers)
@@ -116,4 +116,4 @@ async def test_delete_retires_the_name_and_clears_aliases(
     again = await registry.client.post("/v1/adapters", json={"name": "bot", "base_model": "m",
                                                               "tenant": "acme"},
                                        headers=registry.admin_headers)
-    assert again.status_code == 409 and again.json()["error"]["code"] == "adapter_name_retired"
+    assert again.status_code == 409 and again.json()["error"]["code"] == "adapter_name_taken"

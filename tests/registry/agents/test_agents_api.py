@@ -63,12 +63,13 @@ async def test_a_report_replaces_the_previous_one_unless_older(
     assert [s["version"] for s in after["status"]["served"]] == [2]
     assert after["first_seen_at"] == seen["first_seen_at"]
     assert after["last_seen_at"] > seen["last_seen_at"]
-    # A retried, older report refreshes last_seen_at but does not roll the status back.
+    # A retried, older report (or one from a clock running behind) is refused: it
+    # neither rolls the status back nor makes the held one look fresh.
     older = report("gpu-1", entries=[served("bot", 1)], time=start + timedelta(seconds=1))
-    assert (await post_status(registry, older, agent)).status_code == 200
+    assert_error(await post_status(registry, older, agent), 409, "stale_report")
     latest = (await fleet(registry))["gpu-1"]
     assert [s["version"] for s in latest["status"]["served"]] == [2]
-    assert latest["last_seen_at"] > after["last_seen_at"]
+    assert latest["last_seen_at"] == after["last_seen_at"]
     async with registry.ctx.db.session() as session:
         assert await session.scalar(select(func.count()).select_from(AgentRow)) == 1
 

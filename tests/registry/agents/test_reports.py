@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import event, func, select, update
 
 from devharness.registry import blocked_on_a_lock
@@ -13,6 +14,7 @@ from loraplane.events import AgentStatus
 from registry_service.agents.models import AgentRow
 from registry_service.agents.reports import Upserted, upsert_agent_status
 from registry_service.db.engine import Database
+from registry_service.errors import Conflict
 from tests.registry.agents.support import report, served
 
 STALE_S = 90.0
@@ -37,24 +39,27 @@ def versions(status: AgentStatus | dict[str, object]) -> list[int]:
     return [s.version for s in held.served]
 
 
-async def test_an_older_report_refreshes_the_seen_time_and_answers_the_stored_one(
+async def test_an_older_report_is_refused_and_does_not_refresh_the_seen_time(
     db: Database,
 ) -> None:
+    """A clock running behind (or a late retry) must not make the held status look
+    fresh: the report is refused with ``stale_report`` and the row is left as it was."""
     async with db.session() as session:
         first = await upsert_agent_status(session, status("gpu-1", 2, seconds_ago=5),
                                           stale_after_s=STALE_S)
         await session.commit()
     assert (first.was_live, versions(first.status)) == (False, [2])
+    before = await stored(db, "gpu-1")
     async with db.session() as session:
-        older = await upsert_agent_status(session, status("gpu-1", 1, seconds_ago=30),
-                                          stale_after_s=STALE_S)
+        with pytest.raises(Conflict) as refused:
+            await upsert_agent_status(session, status("gpu-1", 1, seconds_ago=30),
+                                      stale_after_s=STALE_S)
         await session.commit()
-    assert older.was_live and versions(older.status) == [2]
-    assert older.seen.first_seen_at == first.seen.first_seen_at
-    assert older.seen.last_seen_at > first.seen.last_seen_at
+    assert refused.value.code == "stale_report" and refused.value.status == 409
+    assert refused.value.detail["agent_id"] == "gpu-1"
     row = await stored(db, "gpu-1")
     assert versions(row.status) == [2]
-    assert row.last_seen_at == older.seen.last_seen_at
+    assert row.last_seen_at == before.last_seen_at == first.seen.last_seen_at
 
 
 async def test_a_leaving_report_makes_the_agent_stale_even_when_older(db: Database) -> None:
@@ -107,10 +112,9 @@ async def test_a_row_stored_before_its_time_had_a_column_is_read_once(db: Databa
         await session.execute(update(AgentRow).values(reported_at=None))
         await session.commit()
     async with db.session() as session:
-        older = await upsert_agent_status(session, status("gpu-1", 1, seconds_ago=20),
-                                          stale_after_s=STALE_S)
-        await session.commit()
-    assert versions(older.status) == [2]
+        with pytest.raises(Conflict, match="older than the one held"):
+            await upsert_agent_status(session, status("gpu-1", 1, seconds_ago=20),
+                                      stale_after_s=STALE_S)
     assert (await stored(db, "gpu-1")).reported_at is None
     async with db.session() as session:
         newer = await upsert_agent_status(session, status("gpu-1", 3), stale_after_s=STALE_S)
@@ -160,9 +164,9 @@ async def test_an_ordinary_report_is_one_statement_and_a_join_takes_the_general_
         assert ordinary.was_live and versions(ordinary.status) == [2]
         assert ordinary.seen.first_seen_at == joined.seen.first_seen_at
         assert ordinary.seen.last_seen_at > joined.seen.last_seen_at
-        older = await upsert(status("gpu-1", 1, seconds_ago=30))  # not newer: general path
-        assert statements == ["UPDATE", "SELECT", "UPDATE"]
-        assert versions(older.status) == [2]
+        with pytest.raises(Conflict):  # not newer: the general path, which refuses it
+            await upsert(status("gpu-1", 1, seconds_ago=30))
+        assert statements == ["UPDATE", "SELECT"]
         await upsert(status("gpu-1", 3, leaving=True))
         assert statements[0] == "SELECT"  # a leave never takes the short path
     finally:

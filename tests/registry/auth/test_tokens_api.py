@@ -110,6 +110,27 @@ async def test_bad_token_requests_are_refused(registry: RegistryHarness) -> None
     assert [t["name"] for t in await listing(registry)] == ["bootstrap-admin"]
 
 
+async def test_names_with_terminal_controls_are_refused(registry: RegistryHarness) -> None:
+    # Issue 35, Medium 13: such a name reached admins' terminals raw (token list, history).
+    for name in ["evil\x1b[2J\x1b]0;owned\x07", "nul\x00", "del\x7f", "c1\x9b31m",
+                 "bidi\u202eexe.txt", "isolate\u2066x", "line\u2028sep", "zero\u200bwidth"]:
+        response = await create(registry, {"name": name, "role": "reader", "tenant": OWN})
+        assert_error(response, 422, "invalid_request")
+        (error,) = response.json()["error"]["detail"]["errors"]
+        assert error["loc"] == ["body", "name"]
+        assert "control or formatting characters" in error["msg"]
+        adapter = await registry.client.post(
+            "/v1/adapters", json={"name": "bot", "base_model": name, "tenant": OWN},
+            headers=registry.admin_headers)
+        assert_error(adapter, 422, "invalid_request")
+        assert adapter.json()["error"]["detail"]["errors"][0]["loc"] == ["body", "base_model"]
+    assert [t["name"] for t in await listing(registry)] == ["bootstrap-admin"]
+    # Letters of any script, and emoji, are names like any other.
+    response = await create(registry, {"name": "déploiement ⚙ 部署", "role": "reader",
+                                       "tenant": OWN})
+    assert response.status_code == 201, response.text
+
+
 async def test_listing_is_admin_only_and_scoped(registry: RegistryHarness) -> None:
     who = await principals(registry)
     everyone = {t["name"] for t in await listing(registry)}

@@ -26,7 +26,12 @@ from registry_service.blobs import (
 )
 from registry_service.blobs.s3 import map_s3_error
 from registry_service.bootstrap import build_blobs
-from registry_service.errors import BlobNotFound, BlobStoreUnavailable, InvalidInput
+from registry_service.errors import (
+    BlobNotFound,
+    BlobStoreFull,
+    BlobStoreUnavailable,
+    InvalidInput,
+)
 from registry_service.settings import RegistrySettings
 from tests.registry.blobs.conftest import make_blob_file, s3_store_for
 
@@ -164,8 +169,10 @@ async def test_local_crash_before_rename_leaves_nothing(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
 
     monkeypatch.setattr("registry_service.blobs.local.os.replace", disk_full)
-    with pytest.raises(BlobStoreUnavailable) as raised:
+    # A full store is 507 insufficient_storage, not an unreachable one's 503.
+    with pytest.raises(BlobStoreFull) as raised:
         await local_store.put_file(blob.sha256, blob.path, blob.size)
+    assert (raised.value.status, raised.value.code) == (507, "insufficient_storage")
     assert raised.value.detail["errno"] == "ENOSPC"
     assert [p for p in local_store.root.rglob("*") if p.is_file()] == []
 
@@ -235,6 +242,11 @@ def _client_error(code: str, status: int) -> ClientError:
         ("SlowDown", 503, BlobStoreUnavailable, True),
         ("InternalError", 500, BlobStoreUnavailable, True),
         ("AccessDenied", 403, BlobStoreUnavailable, False),
+        # A full store is 507 insufficient_storage, not the 503 of an unreachable one.
+        ("XMinioStorageFull", 507, BlobStoreFull, True),
+        ("QuotaExceeded", 403, BlobStoreFull, True),
+        ("", 507, BlobStoreFull, True),
+        ("EntityTooLarge", 400, BlobStoreUnavailable, False),
     ],
 )
 def test_s3_error_mapping(code: str, status: int, expected: type, retryable: bool) -> None:

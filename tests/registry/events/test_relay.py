@@ -11,6 +11,7 @@ from sqlalchemy import update
 
 from devharness.services import NatsService
 from devharness.waiting import eventually
+from loraplane.event_signing import SIGNATURE_HEADER, EventKeys
 from loraplane.events import parse_event
 from registry_service.db.engine import Database
 from registry_service.events.bus import MSG_ID_HEADER
@@ -58,6 +59,9 @@ async def test_committed_rows_are_published_with_id_subject_and_payload(
         assert msg.subject == "loraplane.events.acme.support-bot" == row.subject
         assert msg.headers is not None and msg.headers[MSG_ID_HEADER] == row.event_id
         assert msg.data is not None and json.loads(msg.data) == event_json(row)
+        # Signed by the relay's key, over the bytes as published.
+        keys = EventKeys({relay.signer.key_id: relay.signer.public})
+        assert keys.verify(msg.data, msg.headers[SIGNATURE_HEADER]).ok
         assert row.stream_seq == msg.seq
         event = parse_event(msg.data)
         assert (event.event_id, event.seq, event.type) == (row.event_id, row.seq,

@@ -122,6 +122,13 @@ CASES: dict[str, tuple[Callable[[Path], Parts], int, str]] = {
     "no config": (lambda t: adapter_parts(_good(t))[1:], 422, "missing_config"),
     "no weights": (lambda t: adapter_parts(_good(t))[:1], 422, "missing_weights"),
     "not lora": (lambda t: _with_config(t, peft_type="PREFIX_TUNING"), 422, "invalid_config"),
+    # Issue 35: Python's re took 15 s over this key at upload (vLLM uses Python's re).
+    "backtracking rank_pattern": (lambda t: _with_config(t, rank_pattern={"l(.|.)*Z": 4}),
+                                  422, "invalid_config"),
+    "backtracking alpha_pattern": (lambda t: _with_config(t, alpha_pattern={"(a|aa)*b": 4}),
+                                   422, "invalid_config"),
+    "huge lora_alpha": (lambda t: _with_config(t, lora_alpha=1e308), 422, "invalid_config"),
+    "tiny lora_alpha": (lambda t: _with_config(t, lora_alpha=1e-300), 422, "invalid_config"),
     "config not json": (lambda t: [("files", ("adapter_config.json", b"{nope")),
                                    *adapter_parts(_good(t))[1:]], 422, "invalid_config"),
     "other base model": (lambda t: _with_config(t, base_model_name_or_path="other-model"),

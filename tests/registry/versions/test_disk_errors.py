@@ -12,6 +12,7 @@ from sqlalchemy import text
 from devharness.adapters import make_adapter
 from devharness.registry import RegistryHarness
 from devharness.uploads import adapter_parts, count_rows, staging_leftovers, upload
+from registry_service.blobs import local as local_blobs
 from registry_service.db.engine import Database
 from registry_service.errors import Unavailable
 from registry_service.versions import upload_sinks
@@ -46,6 +47,28 @@ async def test_a_full_disk_is_507_not_a_database_outage(
         raise OSError(errno.ENOSPC, "No space left on device", where)
 
     monkeypatch.setattr(upload_sinks.FileSink, "flush", full)
+    response = await upload(registry, "bot", adapter_parts(make_adapter(tmp_path / "a", seed=1)))
+    assert response.status_code == 507, response.text
+    error = response.json()["error"]
+    assert error["code"] == "insufficient_storage", error
+    assert response.headers.get("Retry-After")
+    _no_server_path(registry, response.text)
+    assert (await count_rows(registry))[0] == 0
+
+
+async def test_a_full_blob_store_is_507_not_503(
+    embedded_registry: RegistryHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full local blob store (ENOSPC) is the client's 507, as a full staging folder:
+    not the 503 ``blob_store_unavailable`` of a store that cannot be reached."""
+    registry = embedded_registry
+    await registry.create_adapter("bot")
+
+    def full(*_args: object, **_kwargs: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(local_blobs.LocalBlobWriter, "write", full)
+    monkeypatch.setattr(local_blobs, "_copy_durably", full)
     response = await upload(registry, "bot", adapter_parts(make_adapter(tmp_path / "a", seed=1)))
     assert response.status_code == 507, response.text
     error = response.json()["error"]
