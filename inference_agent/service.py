@@ -56,6 +56,7 @@ from inference_agent.serving.model_server_metrics import ModelServerMetrics
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
+from inference_agent.tasks import cancel_all, keep_running
 from loraplane.event_signing import EventKeys, InvalidKey
 from loraplane.events import CredentialsChanged, DesiredState, Event
 from loraplane.lora import BaseModelShapes, UnsupportedBaseModel
@@ -67,8 +68,6 @@ log = logging.getLogger(__name__)
 
 # How long the shutdown waits to tell the registry this agent leaves the fleet.
 _LEAVE_TIMEOUT_S = 2.0
-# How long a periodic task that failed with an OSError waits before it starts again.
-RESTART_DELAY_S = 1.0
 
 
 class AgentConfigError(ValueError):
@@ -411,7 +410,7 @@ class Agent:
             log.warning("grace period over: %d requests still in flight are cut off",
                         inflight.count)
         # 3. Cancel the rest: every task of the agent, then the drains of old versions.
-        await _cancel_all(tasks)
+        await cancel_all(tasks)
         await self.swapper.drain_all(0)
         # 4. Close the HTTP server (it waits SERVER_CLOSE_S for its connections), then
         #    the clients.
@@ -447,37 +446,3 @@ class Agent:
             if close is not None:
                 with contextlib.suppress(Exception):
                     await close()
-
-
-async def keep_running(name: str, run: Callable[[], Coroutine[Any, Any, Any]],
-                       delay_s: float | None = None) -> None:
-    """Run ``run()`` to its end, starting it again after ``delay_s`` whenever it fails
-    with an ``OSError``: a descriptor limit reached (EMFILE) or a full disk is a passing
-    state of the host, not a reason to end the agent, which a task of its TaskGroup
-    ending with an error would."""
-    while True:
-        try:
-            await run()
-            return
-        except OSError as exc:
-            wait_s = RESTART_DELAY_S if delay_s is None else delay_s
-            log.error("%s failed: %s: %s; starting it again in %.1fs", name,
-                      type(exc).__name__, exc, wait_s)
-            await asyncio.sleep(wait_s)
-
-
-async def _cancel_all(tasks: list[asyncio.Task[Any]], rounds: int = 10,
-                      interval_s: float = 1.0) -> None:
-    """Cancel ``tasks`` and wait for them, cancelling again while any is left: under
-    Python 3.11 a cancel can be lost inside a library's own ``wait_for``."""
-    pending = {task for task in tasks if not task.done()}
-    for _ in range(rounds):
-        if not pending:
-            return
-        for task in pending:
-            task.cancel()
-        _done, pending = await asyncio.wait(pending, timeout=interval_s)
-    if pending:
-        log.error("tasks still running after shutdown: %s",
-                  ", ".join(sorted(task.get_name() for task in pending)))
-

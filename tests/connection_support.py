@@ -4,6 +4,7 @@ connections to it: the connection-limit tests of the agent and the registry."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,3 +36,23 @@ async def serving_on(server: uvicorn.Server, sock: socket.socket) -> AsyncIterat
 async def connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     host, port = url.removeprefix("http://").split(":")
     return await asyncio.open_connection(host, int(port))
+
+
+def ensure_descriptors(count: int) -> None:
+    """Let this process open ``count`` files (raising its soft limit); a machine whose
+    hard limit is lower fails the test rather than skipping it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= count:
+        return
+    assert hard == resource.RLIM_INFINITY or hard >= count, \
+        f"this machine lets a process open only {hard} files; the test needs {count}"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, hard))
+
+
+async def outcome(reader: asyncio.StreamReader) -> bytes:
+    """The status a connection was answered, or ``reset`` / ``closed``."""
+    try:
+        answer = await reader.read()
+    except ConnectionResetError:
+        return b"reset"
+    return answer.split(b" ", 2)[1] if answer else b"closed"

@@ -32,18 +32,25 @@ from starlette.routing import Route
 from devharness.services import NatsService
 from devharness.vllm_standin import StandIn, create_app
 from devharness.waiting import eventually
-from inference_agent import service
+from inference_agent import tasks
 from inference_agent.control.keys import ALL
 from inference_agent.http_server import QuietServer, server_config
-from inference_agent.service import Agent, keep_running
+from inference_agent.service import Agent
 from inference_agent.serving.front_door import FrontDoor
 from inference_agent.serving.streams import Inflight
 from inference_agent.settings import AgentSettings
+from inference_agent.tasks import keep_running
 from loraplane.http_guard import DESCRIPTOR_RESERVE, GuardedProtocol, bounded_by_descriptors
 from loraplane.netutil import free_port
 from tests.agent.loop_support import serve_app, served_registry
 from tests.agent.test_service import keys_file
-from tests.connection_support import connect, loopback_socket, serving_on
+from tests.connection_support import (
+    connect,
+    ensure_descriptors,
+    loopback_socket,
+    outcome,
+    serving_on,
+)
 
 BASE = "tiny-llama"
 HALF_HEAD = b"POST /v1/completions HTTP/1.1\r\nHost: agent\r\nContent-Le"
@@ -190,7 +197,7 @@ async def agent_running(settings: AgentSettings) -> AsyncIterator[
 
 async def test_emfile_in_the_status_report_and_the_resync_does_not_end_the_agent(
         tmp_path: Path, nats: NatsService, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service, "RESTART_DELAY_S", 0.01)
+    monkeypatch.setattr(tasks, "RESTART_DELAY_S", 0.01)
     async with served_registry(tmp_path, nats) as reg, \
             serve_app(create_app(StandIn(BASE))) as vllm_url:
         settings = AgentSettings(
@@ -238,15 +245,6 @@ async def test_emfile_in_the_status_report_and_the_resync_does_not_end_the_agent
 # --- out of descriptors, in a process of its own -------------------------------------------
 
 
-async def outcome(reader: asyncio.StreamReader) -> bytes:
-    """The status a connection was answered, or ``reset``."""
-    try:
-        answer = await reader.read()
-    except ConnectionResetError:
-        return b"reset"
-    return answer.split(b" ", 2)[1] if answer else b"closed"
-
-
 # The agent's command, run with RLIMIT_NOFILE lowered to 256 first.
 FEW_DESCRIPTORS = ("import resource, runpy, sys; "
                    "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
@@ -256,10 +254,8 @@ FEW_DESCRIPTORS = ("import resource, runpy, sys; "
 
 async def test_an_agent_with_few_descriptors_outlives_a_flood_of_half_requests(
         tmp_path: Path) -> None:
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     flood = 400
-    if soft < flood + 100:
-        pytest.skip(f"this process may open only {soft} files")
+    ensure_descriptors(flood + 100)
     watch = tmp_path / "watch"
     watch.mkdir()
     port = free_port()

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import nats
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,6 +23,7 @@ from devharness.waiting import eventually
 from inference_agent.metrics import AgentMetrics
 from inference_agent.service import Agent
 from inference_agent.settings import AgentSettings
+from loraplane.events import STREAM_NAME, subject_for
 from tests.agent.loop_support import served_registry
 
 BASE = "tiny-llama"
@@ -33,7 +35,7 @@ MOVED = {"requests", "request_errors", "request_seconds", "cache_hits", "cache_m
          "downloaded_bytes", "swaps", "failures", "process_resident_memory_bytes",
          "time_to_first_token_seconds", "tokens", "adapter_load_seconds",
          "loaded_adapter_bytes", "swap_seconds", "tier_transitions", "tier_transition_seconds",
-         "owned_adapters", "file_fetches"}
+         "owned_adapters", "file_fetches", "events_rejected"}
 WARM_HOT = {"from": "warm", "to": "hot"}
 
 
@@ -96,8 +98,25 @@ async def test_every_agent_metric_moves(tmp_path: Path, nats: NatsService, tiny_
                 "Authorization": f"Bearer {secret}"}) as client:
             await _moves(Scrape(client), client, reg.publish, adapters)
             await _placement(Scrape(client), reg.harness)
+            await _refused(Scrape(client), nats.url)
         agent.stop()
         await asyncio.wait_for(run, 30)
+
+
+async def _refused(read: Scrape, nats_url: str) -> None:
+    """A message on the events subjects that the registry did not sign."""
+    before = await read("events_rejected_total", reason="unsigned")
+    client = await nats.connect(nats_url)
+    try:
+        await client.jetstream().publish(subject_for("acme", "bot"), b"{}",
+                                         stream=STREAM_NAME)
+    finally:
+        await client.close()
+
+    async def counted() -> bool:
+        return await read("events_rejected_total", reason="unsigned") == before + 1
+
+    await eventually(counted, timeout_s=30, what="the unsigned message refused")
 
 
 async def _moves(read: Scrape, client: httpx.AsyncClient, publish: Publish,

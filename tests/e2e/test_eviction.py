@@ -29,7 +29,11 @@ async def test_lru_idle_version_is_evicted_never_one_in_flight(
         for folder, name in names.items():
             await new_adapter(api, name, testbed.adapter_dir(folder))
             texts[folder] = (await direct(vllm_b, testbed.adapter_dir(folder))).text
-    agent_b_variant.restart(agent.variant(max_loaded=2, vllm_url=tcp_proxy_b.url))
+    # One tenant's requests on both slots at once: its share of the slots is all of
+    # them here (the default leaves one of two to other tenants: test_fairness.py).
+    agent_b_variant.restart(agent.variant(
+        max_loaded=2, vllm_url=tcp_proxy_b.url,
+        settings={**agent.spec.settings, "tenant_slot_share": "1"}))
 
     async def known() -> bool:
         return set(names.values()) <= set(await agent_b.models())

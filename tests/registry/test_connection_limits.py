@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,12 +23,20 @@ from devharness.http_registry import serve_http
 from devharness.services import NatsService
 from devharness.waiting import eventually
 from loraplane.http_guard import ConnectionLimits, limits_of, with_limits
+from loraplane.netutil import free_port
 from registry_service import background
 from registry_service.background import BackgroundTask
 from registry_service.http_body import UncopiedBodyProtocol
 from registry_service.server import server_config
 from registry_service.settings import RegistrySettings
-from tests.connection_support import connect, loopback_socket, serving_on
+from tests.cli.conftest import clean_env
+from tests.connection_support import (
+    connect,
+    ensure_descriptors,
+    loopback_socket,
+    outcome,
+    serving_on,
+)
 
 HALF_HEAD = b"POST /v1/adapters HTTP/1.1\r\nHost: registry\r\nAuthoriz"
 
@@ -120,3 +131,57 @@ async def test_a_background_task_outlives_an_os_error(monkeypatch: pytest.Monkey
         assert task._task is not None and not task._task.done()
     finally:
         await task.stop()
+
+
+# `loraplane registry serve` (the embedded default), run with RLIMIT_NOFILE lowered first.
+FEW_DESCRIPTORS = ("import resource, runpy, sys; "
+                   "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
+                   "sys.argv[0] = 'loraplane'; "
+                   "runpy.run_module('loraplane_cli', run_name='__main__')")
+
+
+async def test_a_registry_with_few_descriptors_outlives_a_flood_of_half_requests(
+        tmp_path: Path) -> None:
+    flood = 400
+    ensure_descriptors(flood + 100)
+    port = free_port()
+    env = {**clean_env(), "LORAPLANE_HEADER_TIMEOUT_S": "2",
+           "LORAPLANE_MAX_CONNECTIONS": "100000"}
+    log_path = tmp_path / "registry.log"
+    with log_path.open("wb") as log_file:
+        registry = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", FEW_DESCRIPTORS, "registry", "serve",
+            "--data-dir", str(tmp_path / "data"), "--port", str(port),
+            env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+
+            async def ready() -> bool:
+                try:
+                    return (await client.get("/readyz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(ready, timeout_s=120, what="the registry ready")
+            for _ in range(flood):
+                reader, writer = await connect(url)
+                writer.write(HALF_HEAD)
+                connections.append((reader, writer))
+            statuses = await asyncio.wait_for(
+                asyncio.gather(*(outcome(reader) for reader, _ in connections)), 60)
+            # Some hang until the header timeout (408); the rest are refused by the cap,
+            # which start-up lowered below the descriptor limit: accept never fails.
+            assert set(statuses) <= {b"408", b"503", b"reset"}, set(statuses)
+            assert statuses.count(b"408") > 0 and statuses.count(b"503") > 0
+            assert registry.returncode is None
+            await eventually(ready, timeout_s=30, what="the same registry ready again")
+    finally:
+        for _reader, writer in connections:
+            writer.close()
+        registry.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(registry.wait(), 60)
+    log = log_path.read_text(errors="replace")
+    assert "Too many open files" not in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
