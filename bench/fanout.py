@@ -29,6 +29,14 @@ Last, **the floor** (``bench/fanout_floor.py``): as many bare processes as the l
 fleet, each receiving one NATS message and making one HTTP request, timed the same way:
 what this machine takes to wake that many processes at all.
 
+**Two versions in one run** (``--also-commit REV``, ``bench/fanout_versus.py``): every
+other agent runs commit REV's code (``git archive``) against this checkout's registry;
+each push is then summed up per version (loaded and reported p50, p99 and max, the
+agents' CPU per agent), and at the end the per-push ratios this checkout / REV.
+
+    .venv/bin/python -m bench.fanout --steps 100,100,100 --change 0 --floor-rounds 0 \
+        --also-commit HEAD
+
 ``tests/bench/test_fanout.py`` runs a small version (8 agents) in CI.
 """
 
@@ -53,6 +61,7 @@ from bench.common import git_commit, machine_summary, percentile
 from bench.fanout_fleet import BASE_MODEL, Fleet, agent_reports, requests_by_route, running_fleet
 from bench.fanout_floor import measure as floor
 from bench.fanout_profile import inclusive, profiled
+from bench.fanout_versus import push_groups, render, versus
 from bench.sched_probe import SchedProbe, difference, machine_busy_s
 from devharness.adapters import make_adapter
 from devharness.testbed import metric
@@ -89,6 +98,8 @@ class PushResult:
     profile: dict[str, Any] | None = None
     # The registry's transactions for the window's status reports (its batches).
     report_transactions: float = 0.0
+    # With --also-commit: per version (bench/fanout_versus.py: push_groups).
+    by_group: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
         return {"agents": self.agents, "push_answered_ms": round(self.answered_s * 1000, 1),
@@ -105,7 +116,8 @@ class PushResult:
                 "report_transactions": self.report_transactions,
                 "agent_file_fetches": self.fetches, "agent_stage_mean_ms": self.stage_ms,
                 "requests": self.requests, "window_cpu": self.cpu,
-                "agent_profile": self.profile}
+                "agent_profile": self.profile,
+                **({} if self.by_group is None else {"by_group": self.by_group})}
 
 
 def _delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
@@ -190,10 +202,14 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
                        "loraplane_registry_report_batch_size_count"))
     sums = _delta(await fleet.agent_sums(), sums_before)
     fetches = {k.removeprefix("files "): v for k, v in sums.items() if k.startswith("files ")}
+    times = {"loaded": {a: loads[a] - sent for a in agents},
+             "reported": {a: reported[a] - sent for a in agents}}
     return PushResult(len(agents), pushed.version, answered,
-                      [loads[a] - sent for a in agents],
-                      [reported[a] - sent for a in agents], cpu, events, requests, fetches,
-                      stage_means_ms(sums), spent, report_transactions=transactions)
+                      list(times["loaded"].values()), list(times["reported"].values()), cpu,
+                      events, requests, fetches, stage_means_ms(sums), spent,
+                      report_transactions=transactions,
+                      by_group=None if fleet.also is None else
+                      push_groups(times, fleet.group_of, spent["groups"]))
 
 
 class WindowCpu:
@@ -381,12 +397,16 @@ async def prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: in
 
 
 async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
-              change: int, floor_rounds: int = 5, profile: int = 0) -> dict[str, Any]:
+              change: int, floor_rounds: int = 5, profile: int = 0,
+              also: str | None = None) -> dict[str, Any]:
+    """``change`` 0: no fleet change; ``also``: every other agent runs commit ``also``."""
     result: dict[str, Any] = {"machine": machine_summary(), **git_commit(),
                               "steps": list(steps),
                               "placed": placed, "replicas": replicas, "change": change,
                               "starts": [], "pushes": []}
-    async with running_fleet(work, ports=max(steps) + change) as fleet:
+    async with running_fleet(work, ports=max(steps) + change, also=also) as fleet:
+        if fleet.also is not None:
+            result["also_commit"] = {"rev": fleet.also.rev, "commit": fleet.also.commit}
         api = AsyncRegistryClient(fleet.registry.url, fleet.registry.admin_token)
         try:
             setting, versions = await prepare(fleet, api, work, placed, replicas)
@@ -409,10 +429,14 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
                 versions[PUSHED] = push.version
                 result["pushes"].append(push.row())
                 print(json.dumps(push.row()), flush=True)
-            result["fleet_change"] = await change_fleet(fleet, setting, versions, change)
-            print(json.dumps(result["fleet_change"]), flush=True)
+            if change:
+                result["fleet_change"] = await change_fleet(fleet, setting, versions, change)
+                print(json.dumps(result["fleet_change"]), flush=True)
         finally:
             await api.aclose()
+    if also is not None:
+        result["also_commit"]["agents"] = sorted(fleet.old_agents)
+        result["versus"] = versus([p["by_group"] for p in result["pushes"]])
     if floor_rounds:
         # After the fleet stopped: as many bare processes as the largest fleet.
         result["floor"] = await floor(work / "floor", processes=max(steps),
@@ -428,11 +452,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "repeated pushes again at that size)")
     parser.add_argument("--placed", type=int, default=100, help="adapters with a placement")
     parser.add_argument("--replicas", type=int, default=2, help="replicas of each of them")
-    parser.add_argument("--change", type=int, default=10, help="agents stopped, then started")
+    parser.add_argument("--change", type=int, default=10,
+                        help="agents stopped, then started (0: no fleet change)")
     parser.add_argument("--floor-rounds", type=int, default=5,
                         help="rounds of the floor measurement (0: none)")
     parser.add_argument("--py-spy", dest="profile", type=int, default=0, metavar="N",
                         help="profile N agents with py-spy through the last push")
+    parser.add_argument("--also-commit", dest="also", metavar="REV",
+                        help="run every other agent from commit REV's code and compare "
+                             "the two versions push by push")
     parser.add_argument("--work-dir", type=Path)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
@@ -442,12 +470,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="fanout-", dir=args.work_dir) as tmp:
         result = asyncio.run(run(Path(tmp), steps=steps, placed=args.placed,
                                  replicas=args.replicas, change=args.change,
-                                 floor_rounds=args.floor_rounds, profile=args.profile))
+                                 floor_rounds=args.floor_rounds, profile=args.profile,
+                                 also=args.also))
     result["machine_end"] = machine_summary()
     text = json.dumps(result, indent=2, default=str)
     if args.json_out is not None:
         args.json_out.write_text(text)
     print(text)
+    if "versus" in result:
+        print(versus_line(result))
+        print(render(result["versus"], "this checkout", result["also_commit"]["rev"]))
+
+
+def versus_line(result: Mapping[str, Any]) -> str:
+    """The two versions a ``--also-commit`` run compared, and the machine."""
+    dirty = " (dirty)" if result["dirty"] else ""
+    other = result["also_commit"]
+    return (f"new: this checkout, commit {result['commit']}{dirty}; old: {other['rev']} = "
+            f"{other['commit']}; machine: {result['machine']}")
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ class Fleet:
                              base_model=BASE_MODEL, cache_dir=self.work / "cache" / agent_id,
                              registry=self.registry.url, token=token, nats_url=self.nats.url,
                              max_loaded=256, settings=AGENT_SETTINGS)
-            agent = self.agents[agent_id] = self._agent(spec)
+            agent = self.agents[agent_id] = self._agent(spec, self.next_port - 1)
             agent.process.start()
             started.append(agent_id)
         for agent_id in started:
@@ -187,10 +187,10 @@ class Fleet:
             agent.process.wait_ready(http_probe(f"{agent.url}/readyz"), 1800, interval_s=0.5)
         return started
 
-    def _agent(self, spec: AgentSpec) -> AgentProcess:
-        """This checkout's agent; with ``also``, every other one of that commit."""
+    def _agent(self, spec: AgentSpec, index: int) -> AgentProcess:
+        """This checkout's agent; with ``also``, that commit's if ``index`` is odd."""
         port, log_dir = quiet_port(self.agent_ports), self.work / "agents"
-        if self.also is None or self.next_port % 2 == 1:
+        if self.also is None or index % 2 == 0:
             return AgentProcess(spec, log_dir, port)
         self.old_agents.add(spec.agent_id)
         return CommitAgent(spec, log_dir, port, self.also)

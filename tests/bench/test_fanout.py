@@ -6,13 +6,17 @@ report per agent;
 that starting agents make no file request to the registry either (the snapshot's URLs);
 and that a fleet change moves exactly what rendezvous placement implies, a joining
 agent fetching only the adapters it owns. No timing is
-asserted; bench/fanout.py runs it at 100 agents."""
+asserted; bench/fanout.py runs it at 100 agents.
+
+With ``--also-commit`` (8 agents, half of them run from ``git archive HEAD``): each push
+is summed up per version and the two compared push by push."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from bench.fanout import run
+from bench.fanout_versus import NEW, OLD, cpu_group
 
 
 async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
@@ -73,3 +77,29 @@ async def test_a_push_reaches_every_agent_without_reads_and_moves_are_minimal(
     floor = result["floor"]
     assert floor["processes"] == 8 and len(floor["last_ms_per_round"]) == 2, floor
     assert 0 < floor["p50_ms"] <= floor["p99_ms"], floor
+
+
+async def test_also_commit_runs_every_other_agent_from_that_commit_and_compares(
+    tmp_path: Path,
+) -> None:
+    result = await run(tmp_path, steps=[8, 8], placed=8, replicas=2, change=0,
+                       floor_rounds=0, also="HEAD")
+    # HEAD, resolved: the commit the run records for this checkout too.
+    assert result["also_commit"] == {"rev": "HEAD", "commit": result["commit"],
+                                     "agents": [f"agent-{i:03d}" for i in (1, 3, 5, 7)]}
+    # The fleet change is skipped with --change 0, and there is no floor.
+    assert "fleet_change" not in result and "floor" not in result
+    for push in result["pushes"]:
+        groups = push["by_group"]
+        assert {g["agents"] for g in groups.values()} == {4} and set(groups) == {NEW, OLD}
+        for group in groups.values():
+            assert 0 < group["loaded"]["p50"] <= group["loaded"]["max"], push
+            assert group["loaded"]["max"] < group["reported"]["max"], push
+        cpu = push["window_cpu"]["groups"]
+        assert cpu[cpu_group(NEW)]["cpu_ms"] > 0 and cpu[cpu_group(OLD)]["cpu_ms"] > 0, cpu
+        # Every agent of both versions took the push's files as before: nothing through
+        # the registry, one report each.
+        assert push["file_requests"] == 0 and push["status_reports"] == 8, push
+    rows = {r["measure"]: r for r in result["versus"]}
+    assert rows["reported p99 ms"]["pushes"] == 2
+    assert rows["agent CPU ms per push"]["ratio_mean"] > 0
