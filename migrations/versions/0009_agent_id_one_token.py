@@ -8,16 +8,18 @@ Before this revision a token was bound to one agent id, but an id was not bound 
 token: a second agent token could first report as an id another token held, and then
 replace that agent's status. Rows of such a database may hold one id on several tokens;
 the index needs one. The holder kept is the oldest live token (the first to bind it, as
-the new rule would have had it), else the newest revoked one. The others lose the id:
-a revoked one simply, a live one is revoked too, since it could only ever be refused
-from now on, and left unbound it could bind any free id. Each is named in a warning.
+the new rule would have had it), else the newest revoked one. The others lose the id
+and nothing else: a migration revokes no credential (a live one may be the one an agent
+uses since a token rotation). A live token left unbound is an agent token like a new
+one: its next report binds a free id, or is refused for a bound one (403
+agent_id_bound), which an operator sees and settles by revoking the token it should
+not use. Each live one is named in a warning.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -37,7 +39,6 @@ def _resolve_duplicates(conn: sa.Connection) -> None:
     shared = conn.execute(
         sa.select(_TOKENS.c.agent_id).where(_TOKENS.c.agent_id.is_not(None))
         .group_by(_TOKENS.c.agent_id).having(sa.func.count() > 1)).scalars().all()
-    now = datetime.now(UTC)
     for agent_id in shared:
         rows = conn.execute(sa.select(_TOKENS.c.id, _TOKENS.c.revoked_at)
                             .where(_TOKENS.c.agent_id == agent_id)
@@ -47,12 +48,12 @@ def _resolve_duplicates(conn: sa.Connection) -> None:
         for token_id, revoked_at in rows:
             if token_id == keep:
                 continue
-            values: dict[str, object] = {"agent_id": None}
             if revoked_at is None:
-                values["revoked_at"] = now
-                log.warning("agent id %r was bound to tokens %s; token %d keeps it, token "
-                            "%d is revoked", agent_id, [r[0] for r in rows], keep, token_id)
-            conn.execute(sa.update(_TOKENS).where(_TOKENS.c.id == token_id).values(**values))
+                log.warning("agent id %r was bound to tokens %s; token %d keeps it, live "
+                            "token %d loses it (revoke it if no agent should use it)",
+                            agent_id, [r[0] for r in rows], keep, token_id)
+            conn.execute(sa.update(_TOKENS).where(_TOKENS.c.id == token_id)
+                         .values(agent_id=None))
 
 
 def upgrade() -> None:

@@ -245,7 +245,7 @@ VALUES (1, 'a', 'h1', 'lp_1', 'agent', :now, :now, 'gpu-1'),
 
 async def test_0009_leaves_each_agent_id_on_one_token(db: Database) -> None:
     """Ids several tokens shared before 0009 stay with the oldest live token (else the
-    newest revoked one); a live token that loses its id is revoked."""
+    newest revoked one); the others lose the id, and no token is revoked."""
     await migrate.upgrade(db, "0008")
     async with db.engine.begin() as conn:
         await conn.execute(text(_SHARED_AGENT_IDS), {"now": utcnow()})
@@ -255,7 +255,7 @@ async def test_0009_leaves_each_agent_id_on_one_token(db: Database) -> None:
         rows = (await conn.execute(text(
             "SELECT id, agent_id, revoked_at IS NOT NULL FROM api_tokens ORDER BY id"))).all()
     assert [tuple(r) for r in rows] == [
-        (1, None, True), (2, "gpu-1", False), (3, None, True), (4, None, True),
+        (1, None, True), (2, "gpu-1", False), (3, None, False), (4, None, True),
         (5, "gpu-2", True), (6, "gpu-3", False)]
     async with db.engine.connect() as conn:
         with pytest.raises(IntegrityError):
