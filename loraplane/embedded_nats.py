@@ -38,6 +38,7 @@ from pydantic import SecretStr
 from loraplane.nats_auth import NatsSecurity
 from loraplane.nats_permissions import AGENT_USER, REGISTRY_USER, authorization_config
 from loraplane.netutil import free_port
+from loraplane.private_files import read_or_create_secret, write_private
 from loraplane.process import ChildProcess, ProcessError
 
 BINARY_ENV = "LORAPLANE_NATS_SERVER"
@@ -60,28 +61,10 @@ class ForeignServer(EmbeddedNatsError):
     """Another NATS server, not the child started, answered on the port."""
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 0600, replacing it in one step."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _read_or_create_secret(path: Path) -> str:
     """A random password kept in ``path`` (mode 0600): created once, reused after."""
-    if path.exists():
-        secret = path.read_text().strip()
-        if secret:
-            return secret
-    secret = "lp" + secrets.token_hex(24)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_private(path, secret + "\n")
+    secret, _made = read_or_create_secret(path, lambda: "lp" + secrets.token_hex(24))
     return secret
 
 
@@ -131,7 +114,7 @@ def data_dir_port(store_dir: Path, forced: int | None = None) -> int:
         port = free_port()
     if not path.exists() or path.read_text().strip() != str(port):
         store_dir.mkdir(parents=True, exist_ok=True)
-        _write_private(path, f"{port}\n")
+        write_private(path, f"{port}\n".encode())
     return port
 
 
@@ -305,7 +288,7 @@ class EmbeddedNats:
         ]
         if self.auth is not None:
             # Flags win over the file; the file holds only the users (and is 0600).
-            _write_private(self.config_path, self.auth.config_text())
+            write_private(self.config_path, self.auth.config_text().encode())
             command += ["-c", str(self.config_path)]
         # Errors before the server opens its log (bad flags) still land in the same file.
         child = ChildProcess(f"nats-server at {self.url}", command, log_path=self.log_path)

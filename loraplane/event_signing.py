@@ -27,6 +27,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from loraplane.private_files import read_or_create_secret
+
 SIGNATURE_HEADER = "Loraplane-Signature"
 _CONTEXT = b"loraplane-event-v1\n"
 _SCHEME = "ed25519"
@@ -80,13 +82,8 @@ def new_private_text() -> str:
 
 def read_or_create_key_file(path: Path) -> Ed25519PrivateKey:
     """The key kept in ``path`` (mode 0600), made on first use."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return decode_private(path.read_text())
-    with os.fdopen(fd, "w") as handle:
-        handle.write(new_private_text() + "\n")
-    return decode_private(path.read_text())
+    text, _made = read_or_create_secret(path, new_private_text)
+    return decode_private(text)
 
 
 class EventSigner:

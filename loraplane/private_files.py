@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -90,3 +92,27 @@ def private_sqlite(database: Path) -> None:
     for suffix in ("", *SQLITE_SIDE_FILES):
         with contextlib.suppress(OSError):
             restrict(Path(f"{database}{suffix}"), FILE_MODE)
+
+
+def read_or_create_secret(path: Path, make: Callable[[], str]) -> tuple[str, bool]:
+    """The secret kept in ``path`` (mode 0600) and whether it was made now: ``make()``
+    written at first use, read (stripped) after. The file appears whole or not at all
+    (written aside, then linked in place), and two processes making it at once end with
+    the same secret: the second link fails and that one reads the first one's."""
+    with contextlib.suppress(FileNotFoundError):
+        if secret := path.read_text().strip():
+            return secret, False
+    secret = make()
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    with open_private(tmp) as handle:
+        handle.write((secret + "\n").encode())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        if not (found := path.read_text().strip()):
+            os.replace(tmp, path)  # an empty file is no secret: this one takes its place
+            return secret, True
+        return found, False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return secret, True

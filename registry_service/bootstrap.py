@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from loraplane.embedded_nats import (
@@ -13,7 +12,7 @@ from loraplane.embedded_nats import (
     PortInUse,
     data_dir_port,
 )
-from loraplane.private_files import private_dir
+from loraplane.private_files import private_dir, read_or_create_secret
 from registry_service.auth.models import ApiToken
 from registry_service.auth.service import ensure_bootstrap_admin, new_secret
 from registry_service.blobs.base import BlobStore
@@ -38,13 +37,9 @@ def prepare_data_dir(settings: RegistrySettings) -> None:
 
 def read_or_create_token_file(path: Path) -> str:
     """The embedded default's admin token: created once, mode 0600, reused after."""
-    if path.exists():
-        return path.read_text().strip()
-    secret = new_secret()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secret + "\n")
-    log.info("created the admin token in %s", path)
+    secret, made = read_or_create_secret(path, new_secret)
+    if made:
+        log.info("created the admin token in %s", path)
     return secret
 
 

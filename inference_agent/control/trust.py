@@ -60,7 +60,7 @@ class EventTrust:
     async def believe(self, data: bytes, header: str | None) -> bool:
         """True if ``data`` is signed by the registry; else count and answer it."""
         verdict = self.keys.verify(data, header)
-        if verdict.reason == "unknown_key" and self._may("_fetched_at"):
+        if verdict.reason == "unknown_key" and self._due(self._fetched_at):
             try:
                 await self.refresh()
             except (AgentError, InvalidKey) as exc:
@@ -79,10 +79,10 @@ class EventTrust:
             log.warning("dropped a message from the event stream: %s%s (%d so far); "
                         "reading the registry instead", verdict.reason,
                         f" (key {verdict.key_id})" if verdict.key_id else "", self.refused)
-        if self._may("_read_at"):
+        if self._due(self._read_at):
             self._read_at = time.monotonic()
             self._on_refused()
 
-    def _may(self, clock: str) -> bool:
-        last: float = getattr(self, clock)
+    def _due(self, last: float) -> bool:
+        """Whether ``refresh_min_s`` has passed since ``last`` (monotonic time)."""
         return time.monotonic() - last >= self.refresh_min_s

@@ -14,9 +14,6 @@ import errno
 import json
 import os
 import resource
-import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -47,8 +44,11 @@ from tests.agent.test_service import keys_file
 from tests.connection_support import (
     connect,
     ensure_descriptors,
+    few_descriptors,
+    half_requests,
     loopback_socket,
-    outcome,
+    process_logged,
+    ready,
     serving_on,
 )
 
@@ -245,13 +245,6 @@ async def test_emfile_in_the_status_report_and_the_resync_does_not_end_the_agent
 # --- out of descriptors, in a process of its own -------------------------------------------
 
 
-# The agent's command, run with RLIMIT_NOFILE lowered to 256 first.
-FEW_DESCRIPTORS = ("import resource, runpy, sys; "
-                   "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
-                   "sys.argv[0] = 'inference_agent'; "
-                   "runpy.run_module('inference_agent', run_name='__main__')")
-
-
 async def test_an_agent_with_few_descriptors_outlives_a_flood_of_half_requests(
         tmp_path: Path) -> None:
     flood = 400
@@ -262,47 +255,22 @@ async def test_an_agent_with_few_descriptors_outlives_a_flood_of_half_requests(
     async with serve_app(create_app(StandIn(BASE))) as vllm_url:
         env = {**os.environ, "LORAPLANE_HEADER_TIMEOUT_S": "2",
                "LORAPLANE_MAX_CONNECTIONS": "100000"}
-        log_path = tmp_path / "agent.log"
-        with log_path.open("wb") as log_file:
-            agent = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", FEW_DESCRIPTORS, "--base-model", BASE,
+        argv = [*few_descriptors("inference_agent"), "--base-model", BASE,
                 "--watch-dir", str(watch), "--keys-file", str(keys_file(tmp_path)),
                 "--cache-dir", str(tmp_path / "cache"), "--vllm-url", vllm_url,
-                "--port", str(port), "--agent-id", "few-fds",
-                env=env, stdout=log_file, stderr=subprocess.STDOUT)
+                "--port", str(port), "--agent-id", "few-fds"]
         url = f"http://127.0.0.1:{port}"
-        connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-        try:
-            async with httpx.AsyncClient(base_url=url, timeout=5) as client:
-
-                async def ready() -> bool:
-                    try:
-                        return (await client.get("/readyz")).status_code == 200
-                    except httpx.TransportError:
-                        return False
-
-                await eventually(ready, timeout_s=120, what="the agent ready")
-                for _ in range(flood):
-                    reader, writer = await connect(url)
-                    writer.write(HALF_HEAD)
-                    connections.append((reader, writer))
+        async with process_logged(argv, env, tmp_path / "agent.log") as agent, \
+                httpx.AsyncClient(base_url=url, timeout=5) as client:
+            await eventually(lambda: ready(client), timeout_s=120, what="the agent ready")
+            async with half_requests(url, HALF_HEAD, flood) as statuses:
                 # The first 128 (256 descriptors less the reserve) hang until the
                 # header timeout; the rest are refused at once by the cap (503, or reset
                 # once too many refused ones linger): none makes accept fail.
-                statuses = await asyncio.wait_for(
-                    asyncio.gather(*(outcome(reader) for reader, _ in connections)), 60)
                 assert set(statuses) <= {b"408", b"503", b"reset"}, set(statuses)
                 assert 0 < statuses.count(b"408") <= 256 - DESCRIPTOR_RESERVE
                 assert statuses.count(b"503") > 0
                 # The same process serves again: no restart.
                 assert agent.returncode is None
                 assert (await client.get("/healthz")).status_code == 200
-                assert await ready()
-        finally:
-            for _reader, writer in connections:
-                writer.close()
-            agent.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(agent.wait(), 60)
-        log = log_path.read_text(errors="replace")
-        assert "Too many open files" not in log, log[-3000:]
-        assert "Traceback" not in log, log[-3000:]
+                assert await ready(client)

@@ -8,7 +8,6 @@ deploy/kubernetes give their NATS server (passwords from its environment).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +21,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from devharness.waiting import eventually
 from inference_agent.control.pull import PullStream
 from loraplane.embedded_nats import PASSWORD_FILES, EmbeddedAuth, EmbeddedNats
 from loraplane.events import STREAM_NAME, STREAM_SUBJECTS
@@ -149,11 +149,7 @@ async def _check(server: EmbeddedNats) -> None:
             info = await js.consumer_info(STREAM_NAME, CONSUMER)
             return int(info.ack_floor.stream_seq) == 1
 
-        for _ in range(50):
-            if await acked():
-                break
-            await asyncio.sleep(0.1)
-        assert await acked()
+        await eventually(acked, timeout_s=5, what="the ack recorded")
 
         # A forged event: refused by the server, nothing stored.
         await client.publish("loraplane.events.acme.x", b"forged")

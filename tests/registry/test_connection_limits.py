@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,8 +30,11 @@ from tests.cli.conftest import clean_env
 from tests.connection_support import (
     connect,
     ensure_descriptors,
+    few_descriptors,
+    half_requests,
     loopback_socket,
-    outcome,
+    process_logged,
+    ready,
     serving_on,
 )
 
@@ -133,13 +133,6 @@ async def test_a_background_task_outlives_an_os_error(monkeypatch: pytest.Monkey
         await task.stop()
 
 
-# `loraplane registry serve` (the embedded default), run with RLIMIT_NOFILE lowered first.
-FEW_DESCRIPTORS = ("import resource, runpy, sys; "
-                   "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
-                   "sys.argv[0] = 'loraplane'; "
-                   "runpy.run_module('loraplane_cli', run_name='__main__')")
-
-
 async def test_a_registry_with_few_descriptors_outlives_a_flood_of_half_requests(
         tmp_path: Path) -> None:
     flood = 400
@@ -147,41 +140,17 @@ async def test_a_registry_with_few_descriptors_outlives_a_flood_of_half_requests
     port = free_port()
     env = {**clean_env(), "LORAPLANE_HEADER_TIMEOUT_S": "2",
            "LORAPLANE_MAX_CONNECTIONS": "100000"}
-    log_path = tmp_path / "registry.log"
-    with log_path.open("wb") as log_file:
-        registry = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", FEW_DESCRIPTORS, "registry", "serve",
-            "--data-dir", str(tmp_path / "data"), "--port", str(port),
-            env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    argv = [*few_descriptors("loraplane_cli"), "registry", "serve",
+            "--data-dir", str(tmp_path / "data"), "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
-    connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-    try:
-        async with httpx.AsyncClient(base_url=url, timeout=5) as client:
-
-            async def ready() -> bool:
-                try:
-                    return (await client.get("/readyz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(ready, timeout_s=120, what="the registry ready")
-            for _ in range(flood):
-                reader, writer = await connect(url)
-                writer.write(HALF_HEAD)
-                connections.append((reader, writer))
-            statuses = await asyncio.wait_for(
-                asyncio.gather(*(outcome(reader) for reader, _ in connections)), 60)
+    async with process_logged(argv, env, tmp_path / "registry.log") as registry, \
+            httpx.AsyncClient(base_url=url, timeout=5) as client:
+        await eventually(lambda: ready(client), timeout_s=120, what="the registry ready")
+        async with half_requests(url, HALF_HEAD, flood) as statuses:
             # Some hang until the header timeout (408); the rest are refused by the cap,
             # which start-up lowered below the descriptor limit: accept never fails.
             assert set(statuses) <= {b"408", b"503", b"reset"}, set(statuses)
             assert statuses.count(b"408") > 0 and statuses.count(b"503") > 0
             assert registry.returncode is None
-            await eventually(ready, timeout_s=30, what="the same registry ready again")
-    finally:
-        for _reader, writer in connections:
-            writer.close()
-        registry.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(registry.wait(), 60)
-    log = log_path.read_text(errors="replace")
-    assert "Too many open files" not in log, log[-3000:]
-    assert "Traceback" not in log, log[-3000:]
+            await eventually(lambda: ready(client), timeout_s=30,
+                             what="the same registry ready again")

@@ -7,7 +7,6 @@ registry runs under umask 0 here, where a plain mkdir or open would give 0777 / 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from devharness.uploads import adapter_parts
 from loraplane.private_files import private_sqlite
 from registry_service.app import create_app
 from registry_service.settings import RegistrySettings
+from tests.modes_support import mode, umask_zero
 
 
 @pytest.fixture(autouse=True)
@@ -28,15 +28,8 @@ def _no_umask(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in {"LORAPLANE_" + n.upper() for n in RegistrySettings.model_fields} & set(
             os.environ):
         monkeypatch.delenv(name)
-    old = os.umask(0)
-    try:
+    with umask_zero():
         yield
-    finally:
-        os.umask(old)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 @asynccontextmanager

@@ -6,8 +6,6 @@ Each test runs under umask 0, where a plain mkdir or open would give 0777 / 0666
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,19 +19,13 @@ from inference_agent.service import _prepare_dir
 from loraplane.events import FileRef
 from loraplane.private_files import private_dir
 from tests.agent.adapter_refs import ref_from_dir
+from tests.modes_support import mode, umask_zero
 
 
 @pytest.fixture(autouse=True)
 def _no_umask() -> Iterator[None]:
-    old = os.umask(0)
-    try:
+    with umask_zero():
         yield
-    finally:
-        os.umask(old)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_the_cache_dir_is_made_private(tmp_path: Path) -> None:
