@@ -223,7 +223,7 @@ async def setup_targets(testbed: Testbed, stack: contextlib.AsyncExitStack,
     api = await stack.enter_async_context(
         AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token, timeout_s=120))
     await api.create_adapter(names.adapter, BASE_MODEL, tenant=E2E_TENANT)
-    await api.push(names.adapter, testbed.adapter_dir("a1"))
+    await api.push(names.adapter, testbed.adapter_dir("a1"), aliases=["live"])
     await api.put_route("customer", names.customer, names.adapter)
     vllm = await stack.enter_async_context(OpenAIClient(testbed.vllms["a"].url))
     targets = [Target(DIRECT, vllm, names.version_name)]

@@ -156,7 +156,7 @@ async def push_once(api: AsyncRegistryClient, agent: AgentProcess, prober: Probe
     await inside.before()
     sent = time.time()
     async with watch(folder.name, sent):
-        pushed = await api.push(prober.model, folder)
+        pushed = await api.push(prober.model, folder, aliases=["live"])
         answered = time.time()
         await inside.answered()
         name = f"{prober.model}@{pushed.version}"
@@ -199,7 +199,7 @@ async def measure(testbed: Testbed, folders: list[Path], args: argparse.Namespac
                                    timeout_s=120) as api, \
             OpenAIClient(agent.url, token=testbed.inference_token) as client:
         await api.create_adapter(adapter, BASE_MODEL, tenant=E2E_TENANT)
-        await api.push(adapter, folders[0])
+        await api.push(adapter, folders[0], aliases=["live"])
         await wait_served(client, adapter, f"{adapter}@1", SERVED_TIMEOUT_S)
         prober = Prober(client, adapter, args.probers)
         probing = asyncio.create_task(prober.run())

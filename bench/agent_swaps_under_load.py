@@ -274,7 +274,7 @@ async def prepare(api: AsyncRegistryClient, testbed: Testbed, folders: list[Path
                   max_tokens: int) -> dict[int, dict[str, str]]:
     """Publish a1..a5 as versions 1..5 (``live`` on 1); their reference outputs."""
     await api.create_adapter(ADAPTER, BASE_MODEL, tenant="e2e")
-    await api.push(ADAPTER, folders[0])
+    await api.push(ADAPTER, folders[0], aliases=["live"])
     for folder in folders[1:]:
         await api.push(ADAPTER, folder, aliases=())
     async with OpenAIClient(testbed.vllms["a"].url) as vllm:

@@ -184,7 +184,7 @@ async def _push(fleet: Fleet, api: AsyncRegistryClient, folder: Path) -> PushRes
     # agent has acted on it once all have reported the push.
     await api.put_route("customer", f"c{len(agents)}", PUSHED, tenant=TENANT)
     sent = time.time()
-    pushed = await api.push(PUSHED, folder)
+    pushed = await api.push(PUSHED, folder, aliases=["live"])
     answered = time.time() - sent
     name = f"{PUSHED}@{pushed.version}"
     reported = await reported_by(fleet, agents, name, sent)
@@ -385,7 +385,7 @@ async def prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: in
 
     async def publish(name: str) -> int:
         await api.create_adapter(name, BASE_MODEL, tenant=TENANT, replicas=setting[name])
-        return (await api.push(name, folder)).version
+        return (await api.push(name, folder, aliases=["live"])).version
 
     names = list(setting)
     versions: dict[str, int] = {}

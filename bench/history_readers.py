@@ -100,7 +100,7 @@ async def _pusher(client: AsyncRegistryClient, folders: list[Path], interval_s: 
         next_at += interval_s
         t0 = time.perf_counter()
         try:
-            result = await client.push(HOT if k % 2 == 0 else TYPICAL, folders[k])
+            result = await client.push(HOT if k % 2 == 0 else TYPICAL, folders[k], aliases=["live"])
             if not result.created:
                 raise RuntimeError("a distinct adapter was not a new version")
         except Exception as exc:  # counted and reported, not hidden

@@ -122,7 +122,7 @@ async def push_and_wait(api: AsyncRegistryClient, client: OpenAIClient, testbed:
     text = agent.metrics()
     before, delays_before = stage_totals(text), event_delays(text)
     sent = time.time()
-    push = asyncio.create_task(api.push(NAME, folder))
+    push = asyncio.create_task(api.push(NAME, folder, aliases=["live"]))
     marks: list[float] = []
     push.add_done_callback(lambda _: marks.append(time.time()))
     while True:
@@ -202,7 +202,7 @@ async def measure(testbed: Testbed, work: Path, shape: Shape, count: int,
             folder = make_large_adapter(work / f"push-{index}", seed=SEED_BASE + index,
                                         base_model=BASE_MODEL, shape=shape)
             if index == 0:  # the first version makes the adapter hot
-                await api.push(NAME, folder)
+                await api.push(NAME, folder, aliases=["live"])
                 await eventually(lambda: first_served(client), timeout_s=SERVED_TIMEOUT_S,
                                  what=f"{NAME}@1 served")
                 continue

@@ -54,7 +54,7 @@ async def push_all(url: str, token: str, folders: list[Path]) -> list[float]:
         await api.create_adapter(ADAPTER, BASE_MODEL, tenant=E2E_TENANT)
         for folder in folders:
             started = time.perf_counter()
-            await api.push(ADAPTER, folder)
+            await api.push(ADAPTER, folder, aliases=["live"])
             times.append(time.perf_counter() - started)
     return times
 

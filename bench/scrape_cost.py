@@ -122,7 +122,7 @@ async def prepare(testbed: Testbed) -> None:
             OpenAIClient(agent.url, token=testbed.inference_token) as client:
         for name, folder in ADAPTERS.items():
             await api.create_adapter(name, BASE_MODEL, tenant="e2e")
-            await api.push(name, testbed.adapter_dir(folder))
+            await api.push(name, testbed.adapter_dir(folder), aliases=["live"])
             await wait_served(client, name, f"{name}@1", 60.0)
     seen = parse_endpoint(_text(agent.url))
     lean = _text(agent.url, MODEL_SERVER_METRICS_PATH)

@@ -139,7 +139,7 @@ def worker_push(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         parts = [FilePart.of("files", folder / n) for n in ADAPTER_FILES]
         with RegistryClient(spec["registry"], spec["token"], timeout_s=60) as client:
-            print(client.push(spec["adapter"], parts).model_dump_json())
+            print(client.push(spec["adapter"], parts, aliases=["live"]).model_dump_json())
         code = 0
     t1 = time.monotonic()
     sys.stdout.flush()

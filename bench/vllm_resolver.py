@@ -114,7 +114,7 @@ async def timed(call: Callable[[], Awaitable[Completion]], what: str) -> float:
 async def loraplane_publish(sides: Sides, index: int, samples: Samples) -> None:
     source = folder(sides, f"lp-{index}", SEED_BASE + index, BASE_MODEL)
     sent = time.perf_counter()
-    push = asyncio.create_task(sides.api.push(ADAPTER, source))
+    push = asyncio.create_task(sides.api.push(ADAPTER, source, aliases=["live"]))
     marks: list[float] = []
     push.add_done_callback(lambda _: marks.append(time.perf_counter()))
     while True:
@@ -146,7 +146,8 @@ async def resolver_publish(sides: Sides, index: int, samples: Samples) -> None:
 async def loraplane_cold(sides: Sides, index: int, samples: Samples) -> None:
     name = f"cold-{index}"
     await sides.api.create_adapter(name, BASE_MODEL, tenant=E2E_TENANT)
-    await sides.api.push(name, folder(sides, name, SEED_BASE + 5000 + index, BASE_MODEL))
+    await sides.api.push(name, folder(sides, name, SEED_BASE + 5000 + index, BASE_MODEL),
+                         aliases=["live"])
     agent = sides.testbed.agents["a"]
     await eventually(lambda: 1 in materialized(agent.process.log_text(), name),
                      timeout_s=SERVED_TIMEOUT_S, what=f"{name}@1 on the agent's disk")
@@ -166,7 +167,8 @@ async def resolver_cold(sides: Sides, index: int, samples: Samples) -> None:
 
 async def measure(sides: Sides, count: int, warmup: int) -> Samples:
     await sides.api.create_adapter(ADAPTER, BASE_MODEL, tenant=E2E_TENANT)
-    await sides.api.push(ADAPTER, folder(sides, "lp-first", SEED_BASE - 1, BASE_MODEL))
+    await sides.api.push(ADAPTER, folder(sides, "lp-first", SEED_BASE - 1, BASE_MODEL),
+                         aliases=["live"])
     await eventually(lambda: served(sides, f"{ADAPTER}@1"), timeout_s=SERVED_TIMEOUT_S,
                      what=f"{ADAPTER}@1 served")
     samples = Samples()

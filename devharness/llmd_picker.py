@@ -271,7 +271,7 @@ async def compare(setup: Setup, prefix: str, *, adapters: int, requests: int,
 async def _publish(setup: Setup, names: Sequence[str]) -> None:
     for name in names:
         await setup.api.create_adapter(name, setup.base_model, tenant=setup.tenant)
-        await setup.api.push(name, setup.adapter_dir)
+        await setup.api.push(name, setup.adapter_dir, aliases=["live"])
 
     async def everywhere() -> bool:
         for name in names:

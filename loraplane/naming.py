@@ -14,6 +14,9 @@ from dataclasses import dataclass
 # Python's ``$`` also matches before a final newline, so Python code uses ``fullmatch``.
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$"
 _SLUG = re.compile(SLUG_PATTERN)
+SLUG_RULE = ("1 to 63 lowercase letters, digits and hyphens, starting and ending with a "
+             "letter or digit (e.g. support-bot)")
+_SLUG_BODY = SLUG_PATTERN.removeprefix("^").removesuffix("$")
 # Versions are 32-bit on the registry's side; a longer number names no version.
 _MAX_VERSION = 2**31 - 1
 DEFAULT_ALIAS = "live"
@@ -21,6 +24,14 @@ DEFAULT_ALIAS = "live"
 
 def is_slug(value: str) -> bool:
     return _SLUG.fullmatch(value) is not None
+
+
+def explain_slug_error(message: str) -> str:
+    """A validation message about a slug field in words: pydantic names the pattern
+    ("String should match pattern '^[a-z0-9](?:...'"), which tells a person little."""
+    if message.startswith("String should match pattern") and _SLUG_BODY in message:
+        return f"a name holds {SLUG_RULE}"
+    return message
 
 
 def versioned_name(adapter: str, version: int) -> str:

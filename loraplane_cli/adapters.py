@@ -18,6 +18,11 @@ def adapters_group() -> None:
     """Create, list, show and delete adapters."""
 
 
+def alias_summary(adapter: AdapterOut) -> str:
+    """``live→2, canary→3``: where each alias of the adapter points."""
+    return ", ".join(f"{a.alias}→{a.version}" for a in adapter.aliases) or "-"
+
+
 def render_adapter(out: Output, adapter: AdapterOut) -> None:
     out.fields(
         [
@@ -79,12 +84,15 @@ def list_command(state: CliState, tenant: str | None, base_model: str | None) ->
     )
 
     def render() -> None:
+        # The day alone: with the aliases column the table still fits 80 columns.
         rows = [
-            (a.name, a.tenant, a.base_model, a.latest_version, short_time(a.created_at))
+            (a.name, a.tenant, a.base_model, a.latest_version, alias_summary(a),
+             short_time(a.created_at)[:10])
             for a in items
         ]
         state.output.table(
-            ("name", "tenant", "base model", "latest version", "created"), rows, empty="no adapters"
+            ("name", "tenant", "base model", "latest", "aliases", "created"), rows,
+            empty="no adapters",
         )
 
     state.output.emit({"adapters": [a.model_dump(mode="json") for a in items]}, render)

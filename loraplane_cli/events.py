@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
 import click
 
@@ -41,11 +46,22 @@ def describe(event: dict[str, Any]) -> str:
     return ""
 
 
+# Fixed widths, so lines line up in a page and in a --follow stream alike (whose
+# widths are not known ahead): a 6-digit sequence, the common event types, and
+# tenant/adapter of short names; a longer value only pushes its own line right.
+_SEQ_WIDTH = 7
+_TYPE_WIDTH = 17
+_SUBJECT_WIDTH = 20
+
+
 def event_line(event: dict[str, Any]) -> str:
-    subject = f"{event.get('tenant')}/{event.get('adapter')}"
+    tenant, adapter = event.get("tenant"), event.get("adapter")
+    # Tenant and fleet events (a token issued, credentials changed) name no adapter.
+    subject = f"{tenant}/{adapter}" if adapter else str(tenant or "-")
+    seq = f"#{event.get('seq')}"
     return (
-        f"#{event.get('seq')}  {short_time(event.get('time'))}  {event.get('type')}  "
-        f"{subject}  {describe(event)}"
+        f"{seq:<{_SEQ_WIDTH}} {short_time(event.get('time'))}  "
+        f"{event.get('type')!s:<{_TYPE_WIDTH}}  {subject:<{_SUBJECT_WIDTH}}  {describe(event)}"
     ).rstrip()
 
 
@@ -56,16 +72,78 @@ def _print_event(out: Output, event: dict[str, Any]) -> None:
         out.line(event_line(event), markup=False)
 
 
+T = TypeVar("T")
+
+
+def _start_deaf_to_ctrl_c(thread: threading.Thread) -> None:
+    """Start ``thread`` with SIGINT blocked (a new thread inherits the mask).
+
+    The kernel gives a process's signal to any thread not blocking it, and Python runs
+    the handler in the main thread only: a Ctrl-C taken by ``thread`` would not wake the
+    main thread from its wait, and the follow would go on until an event came."""
+    if sys.platform == "win32":
+        thread.start()
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def pulled_in_background(items: Iterator[T]) -> Iterator[T]:
+    """``items``, each one produced by a daemon thread while this thread only waits.
+
+    Ctrl-C raises KeyboardInterrupt in the main thread wherever it is. Inside httpcore it
+    can land just after a connection-pool lock is acquired and before the ``with`` that
+    releases it begins; the lock stays held and the pool's error path or the client's
+    ``close`` then waits on it forever (a follow that hung on Ctrl-C). So the polls run
+    in another thread, which a KeyboardInterrupt never reaches (Python raises it in the
+    main thread only), one item at a time as asked for (as lazy as ``items`` itself),
+    and the interrupt finds this thread waiting in ``get``.
+    """
+    asks: queue.SimpleQueue[None] = queue.SimpleQueue()
+    answers: queue.SimpleQueue[tuple[T] | BaseException] = queue.SimpleQueue()
+
+    def produce() -> None:
+        while True:
+            asks.get()
+            try:
+                answers.put((next(items),))
+            except BaseException as exc:  # the end, or an error for the waiting thread
+                answers.put(exc)
+                return
+
+    _start_deaf_to_ctrl_c(threading.Thread(target=produce, name="follow-events", daemon=True))
+    while True:
+        asks.put(None)
+        answer = answers.get()
+        if isinstance(answer, StopIteration):
+            return
+        if isinstance(answer, BaseException):
+            raise answer
+        yield answer[0]
+
+
 def follow_events(client: RegistryClient, out: Output, after: int, interval_s: float) -> None:
+    stopped = threading.Event()
+
     def on_retry(error: RegistryError | None, failures: int) -> None:
         # A restarting registry is expected while following; the client raises a refusal.
+        # After Ctrl-C the abandoned poll fails as the client closes: nothing to say.
+        if stopped.is_set():
+            return
         if error is None:
             out.info("[green]reconnected[/]")
         elif failures == 1:
             out.warn(f"{error.message}; retrying")
 
-    for event in client.follow_events(after=after, interval_s=interval_s, on_retry=on_retry):
-        _print_event(out, event)
+    events = client.follow_events(after=after, interval_s=interval_s, on_retry=on_retry)
+    try:
+        for event in pulled_in_background(events):
+            _print_event(out, event)
+    finally:
+        stopped.set()
 
 
 @click.command("events", short_help="Show or follow the event log.")

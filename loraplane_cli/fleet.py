@@ -29,8 +29,14 @@ def _served(entries: list[ServedVersion]) -> str:
     return ", ".join(parts) or "-"
 
 
+def failure_text(code: str | None, reason: str | None) -> str:
+    """A failure as ``code: reason``: the code to grep for, the reason to act on."""
+    return ": ".join(part for part in (code, reason) if part) or "-"
+
+
 def _failures(entries: list[ServedVersion]) -> str:
-    return "; ".join(f"{e.adapter}@{e.version}: {e.code or e.reason}" for e in entries) or "-"
+    return "; ".join(f"{e.adapter}@{e.version}: {failure_text(e.code, e.reason)}"
+                     for e in entries) or "-"
 
 
 @click.command("agents", short_help="The fleet: agents and what they serve.")
@@ -57,6 +63,8 @@ def agents_command(state: CliState, base_model: str | None, stale_after_s: float
             ("agent", "base model", "last report", "state", "serving", "failures"),
             rows,
             empty="no agent has reported yet",
+            whole=("last report", "state"),
+            optional=("base model",),
         ),
     )
 
@@ -80,7 +88,8 @@ def render_rollout(out: Output, rollout: RolloutOut) -> None:
             a.version if a.version is not None else "removed",
             a.revision,
             _entries(a.serving),
-            "; ".join(f"{e.agent_id}: {e.code or e.reason}" for e in a.failed) or None,
+            "; ".join(f"{e.agent_id}: {failure_text(e.code, e.reason)}" for e in a.failed)
+            or None,
             ", ".join(a.pending) or None,
             "yes" if a.converged else "no",
         )
@@ -90,6 +99,7 @@ def render_rollout(out: Output, rollout: RolloutOut) -> None:
         ("alias", "version", "revision", "serving", "failed", "pending", "converged"),
         rows,
         empty="no aliases",
+        whole=("version", "revision", "converged"),
     )
     for alias in rollout.aliases:
         if not alias.converged and alias.reason:
@@ -104,7 +114,8 @@ def render_rollout(out: Output, rollout: RolloutOut) -> None:
     if rollout.unaliased:
         out.table(
             ("agent", "version", "state", "reason"),
-            [(e.agent_id, e.version, e.state, e.reason or e.code) for e in rollout.unaliased],
+            [(e.agent_id, e.version, e.state, failure_text(e.code, e.reason))
+             for e in rollout.unaliased],
             title="versions served outside an alias",
         )
 

@@ -1,8 +1,9 @@
 """``loraplane``: the command line of the loraplane registry.
 
-Global options come before the command (``loraplane --json versions NAME``) and every
-option can also be set as ``LORAPLANE_<OPTION>``; options of a subcommand are also read
-from ``LORAPLANE_<COMMAND>_<OPTION>`` (click's auto_envvar_prefix).
+Global options come before the command (``loraplane --registry URL versions NAME``);
+``--json`` may also come after it (``loraplane versions NAME --json``). Every option
+can also be set as ``LORAPLANE_<OPTION>``; options of a subcommand are also read from
+``LORAPLANE_<COMMAND>_<OPTION>`` (click's auto_envvar_prefix).
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from click.core import ParameterSource
 from inference_agent.command import INHERITED_SETTINGS, AgentStartError, agent_command
 from loraplane import __version__
 from loraplane.client import RegistryError
-from loraplane_cli import adapters, events, fleet, push, registry, routes, tokens, versions
+from loraplane_cli import (
+    account,
+    adapters,
+    completion,
+    events,
+    fleet,
+    push,
+    registry,
+    routes,
+    tokens,
+    versions,
+)
 from loraplane_cli.client import DEFAULT_REGISTRY, DEFAULT_TIMEOUT_S, CliError, cli_error
 from loraplane_cli.context import CliState
 from loraplane_cli.output import Output
@@ -25,15 +37,40 @@ from loraplane_cli.output import Output
 DEBUG_ENV = "LORAPLANE_DEBUG"
 
 
+def _json_after_command(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    state = ctx.find_object(CliState)
+    if value and state is not None:
+        state.output.json_mode = True
+
+
+def _add_output_flags(command: click.Command) -> None:
+    """Give ``command`` (and every command under it) its own ``--json``, which switches
+    on the same output as the root's: scripts put it wherever they like."""
+    if not any("--json" in param.opts for param in command.params):
+        command.params.append(click.Option(
+            ["--json"], is_flag=True, expose_value=False, is_eager=True,
+            allow_from_autoenv=False, callback=_json_after_command,
+            help="Print results as JSON for scripts (also before the command)."))
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_output_flags(sub)
+
+
 class LoraplaneGroup(click.Group):
-    """The root group: turns every expected failure into one message and an exit code."""
+    """The root group: turns every expected failure into one message and an exit code,
+    and lets every command below it take the root's output flags."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _add_output_flags(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except RegistryError as exc:
             state = ctx.find_object(CliState)
-            error = cli_error(exc, has_token=state is not None and state.has_token)
+            error = cli_error(exc, has_token=state is not None and state.has_token,
+                              missing_token_file=state.missing_token_file if state else None)
             _output(ctx).error(error)
             raise click.exceptions.Exit(error.exit_code) from None
         except CliError as exc:
@@ -71,10 +108,17 @@ def _output(ctx: click.Context) -> Output:
     "--registry",
     "registry_url",
     envvar="LORAPLANE_REGISTRY",
-    default=DEFAULT_REGISTRY,
+    default=None,
     show_envvar=True,
     metavar="URL",
-    help="Base URL of the registry.",
+    help=f"Base URL of the registry. [default: the profile's, else {DEFAULT_REGISTRY}]",
+)
+@click.option(
+    "--profile",
+    envvar="LORAPLANE_PROFILE",
+    show_envvar=True,
+    default=None,
+    help="The profile of the config file (`loraplane login`) to use. [default: default]",
 )
 @click.option(
     "--token",
@@ -82,8 +126,8 @@ def _output(ctx: click.Context) -> Output:
     show_envvar=True,
     default=None,
     show_default=False,
-    help="Bearer token. Without one, the admin token file of the data dir is used "
-    "when the registry runs on this machine.",
+    help="Bearer token. Without one: the profile's (`loraplane login`), else the admin "
+    "token file of the data dir when the registry runs on this machine.",
 )
 @click.option(
     "--data-dir",
@@ -117,7 +161,8 @@ def _output(ctx: click.Context) -> Output:
 def cli(
     ctx: click.Context,
     *,
-    registry_url: str,
+    registry_url: str | None,
+    profile: str | None,
     token: str | None,
     data_dir: Path | None,
     timeout_s: float,
@@ -129,18 +174,20 @@ def cli(
         token=token or None,
         data_dir=data_dir,
         timeout_s=timeout_s,
+        profile=profile,
         output=Output(json_mode=json_mode),
     )
     ctx.meta[INHERITED_SETTINGS] = _agent_settings(ctx, registry_url, token)
 
 
-def _agent_settings(ctx: click.Context, registry_url: str, token: str | None) -> dict[str, str]:
+def _agent_settings(ctx: click.Context, registry_url: str | None,
+                    token: str | None) -> dict[str, str]:
     """``loraplane --registry URL --token T agent``: the group's flags count for the agent.
 
     The default URL does not: without a registry the agent serves --watch-dir only.
     """
     inherited = {"token": token} if token else {}
-    if ctx.get_parameter_source("registry_url") != ParameterSource.DEFAULT:
+    if registry_url and ctx.get_parameter_source("registry_url") != ParameterSource.DEFAULT:
         inherited["registry"] = registry_url
     return inherited
 
@@ -157,6 +204,9 @@ cli.add_command(tokens.token_group)
 cli.add_command(fleet.agents_command)
 cli.add_command(fleet.rollout_command)
 cli.add_command(agent_command)
+cli.add_command(account.login_command)
+cli.add_command(account.whoami_command)
+cli.add_command(completion.completion_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -24,6 +25,8 @@ from loraplane_cli.client import CliError
 
 # A pipe has no width; rich would wrap at 80 columns and break lines that scripts grep.
 _PIPE_WIDTH = 200
+# What box.SIMPLE_HEAD adds to each column without its edge padding: a space either side.
+_CELL_CHROME = 3
 
 
 def _console(stderr: bool) -> Console:
@@ -166,18 +169,27 @@ class Output:
         *,
         title: str | None = None,
         empty: str = "nothing to show",
+        whole: Collection[str] = (),
+        optional: Sequence[str] = (),
     ) -> None:
+        """Rows under ``columns``, readable at 80 columns: no header is split, the
+        ``whole`` columns (digests, times, numbers) never wrap, the others wrap, and the
+        ``optional`` ones are left out, in that order, while the rest would not fit."""
         materialized = [[cell(v) for v in row] for row in rows]
         if not materialized:
             self.out.print(f"[dim]{escape(empty)}[/]")
             return
-        title = terminal_safe(title) if title is not None else None
-        table = Table(title=title, title_justify="left", header_style="bold")
-        for name in columns:
-            # Fold rather than truncate: a cut-off digest or id is worse than a tall row.
-            table.add_column(name, overflow="fold")
+        shown = fitting_columns(columns, materialized, whole, optional, self.out.width)
+        table = Table(title=terminal_safe(title) if title is not None else None,
+                      title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                      show_edge=False, pad_edge=False)
+        for index in shown:
+            name = columns[index]
+            # Fold rather than truncate: a cut-off id is worse than a tall row.
+            table.add_column(name, overflow="fold", no_wrap=name in whole,
+                             min_width=_longest_word(name))
         for row in materialized:
-            table.add_row(*(escape(v) for v in row))
+            table.add_row(*(escape(row[index]) for index in shown))
         self.out.print(table)
 
     def fields(self, pairs: Sequence[tuple[str, Any]]) -> None:
@@ -187,3 +199,28 @@ class Output:
             self.out.print(
                 f"[bold]{escape(key.ljust(width))}[/]  {escape(cell(value))}", soft_wrap=True
             )
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
+
+
+def fitting_columns(columns: Sequence[str], rows: list[list[str]], whole: Collection[str],
+                    optional: Sequence[str], width: int) -> list[int]:
+    """The indexes of the columns to show: without the ``optional`` ones (first named,
+    first left out) while the table's narrowest form is wider than ``width``."""
+    def narrowest(index: int) -> int:
+        texts = [columns[index], *(row[index] for row in rows)]
+        if columns[index] in whole:
+            return max(len(text) for text in texts)
+        return max(_longest_word(text) for text in texts)
+
+    shown = list(range(len(columns)))
+    dropped = iter(optional)
+    # Each column costs its text and the padding either side (box.SIMPLE_HEAD).
+    while sum(narrowest(i) + _CELL_CHROME for i in shown) > width:
+        name = next(dropped, None)
+        if name is None:
+            break
+        shown = [i for i in shown if columns[i] != name]
+    return shown

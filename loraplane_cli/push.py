@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from rich.progress import (
 
 from loraplane.api import UploadResult
 from loraplane.client import FilePart, InvalidSource
+from loraplane.client.multipart import OnProgress
 from loraplane.client.multipart import collect_files as source_files
 from loraplane.naming import DEFAULT_ALIAS
 from loraplane_cli.client import cli_error
@@ -34,13 +36,12 @@ def collect_files(source: Path) -> list[FilePart]:
 
 
 def parse_alias_options(values: tuple[str, ...], no_alias: bool) -> list[str]:
-    """``--alias a --alias b,c`` as ``[a, b, c]`` (each once); the default is ``live``."""
-    if no_alias:
-        if values:
-            raise click.UsageError("--no-alias and --alias cannot be used together")
-        return []
+    """``--alias a --alias b,c`` as ``[a, b, c]`` (each once); the default is none: storing
+    a version does not serve it. ``--no-alias`` says the default out loud."""
+    if no_alias and values:
+        raise click.UsageError("--no-alias and --alias cannot be used together")
     aliases = [a.strip() for value in values for a in value.split(",") if a.strip()]
-    return list(dict.fromkeys(aliases)) or [DEFAULT_ALIAS]
+    return list(dict.fromkeys(aliases))
 
 
 def _progress(out: Output) -> Progress:
@@ -54,12 +55,26 @@ def _progress(out: Output) -> Progress:
     return Progress(*columns, console=out.err, transient=True)
 
 
-def upload(
-    state: CliState, name: str, files: list[FilePart], aliases: list[str], notes: str | None
-) -> UploadResult:
+@dataclass(frozen=True, slots=True)
+class PushRequest:
+    name: str
+    files: list[FilePart]
+    aliases: list[str]
+    notes: str | None
+    allow_shape_change: bool
+
+
+def upload(state: CliState, request: PushRequest) -> UploadResult:
     client = state.client()
+    name = request.name
+
+    def push(on_progress: OnProgress | None = None) -> UploadResult:
+        return client.push(name, request.files, aliases=request.aliases, notes=request.notes,
+                           allow_shape_change=request.allow_shape_change,
+                           on_progress=on_progress)
+
     if not state.output.interactive:
-        return client.push(name, files, aliases=aliases, notes=notes)
+        return push()
     with _progress(state.output) as progress:
         task = progress.add_task(f"uploading {name}", total=None)
 
@@ -68,10 +83,13 @@ def upload(
             if sent == total:
                 progress.update(task, description="the registry is verifying")
 
-        return client.push(name, files, aliases=aliases, notes=notes, on_progress=on_progress)
+        return push(on_progress)
 
 
 def render_result(out: Output, result: UploadResult) -> None:
+    # Warnings first: read before the summary, not scrolled past under it.
+    for warning in result.warnings:
+        out.warn(warning)
     adapter, version = result.adapter, result.version
     if result.created:
         out.line("[green]published[/] " + escape(f"{adapter} version {version} (new)"))
@@ -92,14 +110,26 @@ def render_result(out: Output, result: UploadResult) -> None:
             ("base model", result.base_model),
         ]
     )
+    for check in result.checks:
+        out.line(f"checked: {check}", markup=False)
+    _render_aliases(out, result)
+
+
+def _render_aliases(out: Output, result: UploadResult) -> None:
+    """The aliases moved; when none was, how to serve a new version."""
+    adapter, version = result.adapter, result.version
     if result.aliases:
         out.line("aliases:")
         for move in result.aliases:
             out.line(f"  {alias_move_line(move)}", markup=False)
+    elif not result.created:
+        # An existing version may be served already: its aliases are not in this answer.
+        out.line(f"aliases: none moved (`loraplane versions {adapter}` shows them)",
+                 markup=False)
     else:
-        out.line("aliases: none moved")
-    for warning in result.warnings:
-        out.warn(warning)
+        out.line("aliases: none moved (not served yet)")
+        out.line(f"serve it: loraplane promote {adapter} {version} --alias {DEFAULT_ALIAS}",
+                 markup=False)
 
 
 @click.command("push", short_help="Upload a PEFT adapter as a new version.")
@@ -109,9 +139,13 @@ def render_result(out: Output, result: UploadResult) -> None:
     "--alias",
     "aliases",
     multiple=True,
-    help="Alias to point at the new version; repeat it or give a comma list. [default: live]",
+    help="Alias to point at the new version (e.g. live); repeat it or give a comma list. "
+         "[default: none, the version is stored but not served]",
 )
-@click.option("--no-alias", is_flag=True, help="Publish without moving any alias.")
+@click.option("--no-alias", is_flag=True, help="Move no alias (the default).")
+@click.option("--allow-shape-change", is_flag=True,
+              help="Accept tensor shapes unlike the adapter's current versions' "
+                   "(a new base model).")
 @click.option("--notes", default=None, help="Free-text notes stored with the version.")
 @pass_state
 def push_command(
@@ -122,13 +156,17 @@ def push_command(
     source: Path,
     aliases: tuple[str, ...],
     no_alias: bool,
+    allow_shape_change: bool,
     notes: str | None,
 ) -> None:
     """Upload a PEFT adapter (a folder, or one .tar.gz/.tgz/.tar/.zip) as a version of NAME.
 
-    Uploading the same files again is not a new version: the existing one is reported
-    and its aliases are moved as asked.
+    No alias moves unless --alias names it: `loraplane promote NAME VERSION` serves the
+    version later. A version whose tensor shapes differ from the adapter's current
+    versions' is refused unless --allow-shape-change. Uploading the same files again is
+    not a new version: the existing one is reported and its aliases are moved as asked.
     """
-    alias_list = parse_alias_options(aliases, no_alias)
-    result = upload(state, name, collect_files(source), alias_list, notes)
+    request = PushRequest(name, collect_files(source), parse_alias_options(aliases, no_alias),
+                          notes, allow_shape_change)
+    result = upload(state, request)
     state.output.emit(result, lambda: render_result(state.output, result))

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from loraplane.nats_flags import nats_options
 from loraplane_cli.client import CliError
 from loraplane_cli.context import CliState, pass_state
-from registry_service.settings import RegistrySettings
+from registry_service.settings import DEFAULT_DATA_DIR, RegistrySettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 EXIT_BAD_SETTINGS = 2
@@ -36,6 +36,17 @@ def describe_validation(exc: ValidationError) -> str:
         where = f"{field} (LORAPLANE_{field.upper()}): " if field else ""
         lines.append(f"  {where}{error['msg']}")
     return "invalid registry settings:\n" + "\n".join(lines)
+
+
+def admin_token_note(data_dir: Path, token_file: Path) -> str:
+    """How a CLI finds the embedded registry's admin token: by itself only in the
+    default data dir."""
+    elsewhere = f"elsewhere: export LORAPLANE_TOKEN=$(cat {token_file})"
+    if data_dir.expanduser().resolve() == DEFAULT_DATA_DIR.resolve():
+        return f"the CLI on this machine reads the admin token from that file; {elsewhere}"
+    return (f"the CLI on this machine reads that admin token with --data-dir {data_dir} "
+            f"(or LORAPLANE_DATA_DIR={data_dir}), or save it once with "
+            f"`loraplane login < {token_file}`; {elsewhere}")
 
 
 def load_settings(state: CliState, overrides: dict[str, Any]) -> RegistrySettings:
@@ -131,11 +142,8 @@ def serve_command(state: CliState, /, **options: Any) -> None:
     def render() -> None:
         out.fields([(k.replace("_", " "), v) for k, v in setup.items()])
         if settings.admin_token is None and settings.database_url is None:
-            out.line(
-                "the CLI on this machine reads the admin token from that file; elsewhere: "
-                f"export LORAPLANE_TOKEN=$(cat {settings.admin_token_file})",
-                markup=False,
-            )
+            out.line(admin_token_note(settings.data_dir, settings.admin_token_file),
+                     markup=False)
 
     out.emit(setup, render)
     try:

@@ -1,4 +1,4 @@
-"""``loraplane route``: the routing rules of a tenant; ``loraplane alias delete``."""
+"""``loraplane route``: the routing rules of a tenant; ``loraplane alias``: aliases."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from loraplane.naming import DEFAULT_ALIAS
 from loraplane_cli.client import CliError
 from loraplane_cli.context import CliState, pass_state
 from loraplane_cli.output import short_time
-from loraplane_cli.versions import alias_move_line
+from loraplane_cli.versions import emit_alias_state, expected_option
 
 KINDS = get_args(RouteKind)
 
@@ -100,13 +100,48 @@ def list_command(state: CliState, kind: str | None, tenant: str | None) -> None:
             ("tenant", "kind", "key", "target", "base model", "updated"), rows,
             title="routing rules",
             empty="no routing rules: add one with `loraplane route set KIND KEY --adapter NAME`",
+            whole=("kind", "updated"), optional=("updated", "base model"),
         ),
     )
 
 
 @click.group("alias")
 def alias_group() -> None:
-    """Remove aliases (``promote`` creates and moves them)."""
+    """List, set and delete the aliases of an adapter.
+
+    An alias (live, canary, ...) names one version; agents serve NAME@ALIAS. `promote`
+    and `rollback` move one as well, `history` shows its moves.
+    """
+
+
+@alias_group.command("list")
+@click.argument("name")
+@pass_state
+def alias_list_command(state: CliState, name: str) -> None:
+    """List the aliases of adapter NAME and the version each points at."""
+    adapter = state.client().get_adapter(name)
+    rows = [(a.alias, a.version, a.revision, short_time(a.updated_at)) for a in adapter.aliases]
+    state.output.emit(
+        {"adapter": name, "aliases": [a.model_dump(mode="json") for a in adapter.aliases]},
+        lambda: state.output.table(
+            ("alias", "version", "revision", "moved at"), rows,
+            title=f"{name}: aliases",
+            empty=f"{name} has no aliases: set one with `loraplane alias set {name} ALIAS N`",
+            whole=("version", "revision", "moved at")),
+    )
+
+
+@alias_group.command("set")
+@click.argument("name")
+@click.argument("alias")
+@click.argument("version", type=click.IntRange(min=1))
+@expected_option
+@pass_state
+def alias_set_command(state: CliState, name: str, alias: str, version: int,
+                      expected_revision: int | None) -> None:
+    """Point ALIAS of adapter NAME at VERSION (creates the alias if needed)."""
+    emit_alias_state(state, state.client().move_alias(
+        name, alias, version, expected_revision=expected_revision))
 
 
 @alias_group.command("delete")
@@ -115,8 +150,4 @@ def alias_group() -> None:
 @pass_state
 def alias_delete_command(state: CliState, name: str, alias: str) -> None:
     """Delete ALIAS of adapter NAME: agents stop serving NAME@ALIAS."""
-    result = state.client().delete_alias(name, alias)
-    state.output.emit(
-        result,
-        lambda: state.output.line(f"{result.adapter} {alias_move_line(result)}", markup=False),
-    )
+    emit_alias_state(state, state.client().delete_alias(name, alias))

@@ -71,6 +71,8 @@ def list_command(state: CliState, include_revoked: bool) -> None:
             ("id", "name", "role", "tenant", "prefix", "created", "revoked"),
             rows,
             empty="no tokens",
+            whole=("id", "prefix", "created", "revoked"),
+            optional=("created",),
         ),
     )
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -12,6 +14,7 @@ from loraplane_cli.context import CliState, pass_state
 from loraplane_cli.output import Output, human_size, short_digest, short_time
 
 VERSION_PAGE = 100
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def alias_move_line(state: AliasState) -> str:
@@ -56,6 +59,8 @@ def _render_versions(
         rows,
         title=f"{name}: versions, newest first",
         empty=f"{name} has no versions yet: upload one with `loraplane push {name} DIR`",
+        whole=("version", "digest", "rank", "alpha", "size", "created"),
+        optional=("uploader", "alpha", "rank"),
     )
 
 
@@ -84,16 +89,21 @@ def versions_command(state: CliState, name: str, limit: int) -> None:
     )
 
 
-def _emit_alias_state(state: CliState, result: AliasState) -> None:
+def emit_alias_state(state: CliState, result: AliasState) -> None:
     state.output.emit(
         result,
         lambda: state.output.line(f"{result.adapter} {alias_move_line(result)}", markup=False),
     )
 
 
-alias_option = click.option("--alias", default=DEFAULT_ALIAS, help="The alias to move.")
+def alias_option(help_text: str = "The alias to move.") -> Callable[[F], F]:
+    return click.option("--alias", default=DEFAULT_ALIAS, help=help_text)
+
+
 expected_option = click.option(
     "--expected-revision",
+    "--expect-revision",
+    "expected_revision",
     type=click.IntRange(min=0),
     default=None,
     help="Refuse the move unless the alias is still at this revision (optimistic locking).",
@@ -103,7 +113,7 @@ expected_option = click.option(
 @click.command("promote", short_help="Point an alias at a version.")
 @click.argument("name")
 @click.argument("version", type=click.IntRange(min=1))
-@alias_option
+@alias_option()
 @expected_option
 @pass_state
 def promote_command(
@@ -111,12 +121,12 @@ def promote_command(
 ) -> None:
     """Point an alias of adapter NAME at VERSION (creates the alias if needed)."""
     result = state.client().move_alias(name, alias, version, expected_revision=expected_revision)
-    _emit_alias_state(state, result)
+    emit_alias_state(state, result)
 
 
 @click.command("rollback", short_help="Undo an alias's latest move.")
 @click.argument("name")
-@alias_option
+@alias_option()
 @expected_option
 @pass_state
 def rollback_command(state: CliState, name: str, alias: str, expected_revision: int | None) -> None:
@@ -126,12 +136,12 @@ def rollback_command(state: CliState, name: str, alias: str, expected_revision: 
     to v2, then v1, then refuse (no previous version).
     """
     result = state.client().rollback(name, alias, expected_revision=expected_revision)
-    _emit_alias_state(state, result)
+    emit_alias_state(state, result)
 
 
 @click.command("history", short_help="The moves of an alias.")
 @click.argument("name")
-@alias_option
+@alias_option("The alias whose moves to show.")
 @click.option(
     "--limit",
     type=click.IntRange(min=1, max=1000),
@@ -153,6 +163,7 @@ def history_command(state: CliState, name: str, alias: str, limit: int) -> None:
             rows,
             title=f"{name}@{alias}: alias moves",
             empty=f"{name}@{alias} was never moved",
+            whole=("revision", "from", "to", "at"),
         ),
     )
 

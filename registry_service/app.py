@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi_offline import FastAPIOffline
 
 from loraplane import __version__
 from loraplane.nats_auth import describe_nats
@@ -18,11 +17,13 @@ from registry_service.agents.report_writer import ReportWriter
 from registry_service.agents.routes import router as agents_router
 from registry_service.aliases.routes import router as aliases_router
 from registry_service.api.body_limit import BodyLimitMiddleware
+from registry_service.api.docs import install_docs
 from registry_service.api.errors import install_error_handlers
 from registry_service.api.health import router as health_router
 from registry_service.api.metrics import MetricsMiddleware
 from registry_service.api.openapi import install_openapi
 from registry_service.auth.routes import router as tokens_router
+from registry_service.auth.routes import whoami_router
 from registry_service.blobs.gc import BlobCollector
 from registry_service.blobs.routes import router as blobs_router
 from registry_service.bootstrap import (
@@ -44,6 +45,13 @@ from registry_service.ui.routes import install_ui
 from registry_service.versions.routes import router as versions_router
 
 log = logging.getLogger(__name__)
+TITLE = "loraplane registry"
+DESCRIPTION = (
+    "The registry of LoRA adapters served by vLLM: adapters and their immutable versions, "
+    "the aliases that point at them, routing rules, tokens, and the agents' reports. "
+    "Every call but /healthz, /readyz and /metrics needs a bearer token; every refusal "
+    "has one body, "
+    "`{\"error\": {\"code\", \"message\", \"detail\"}}`, with a machine-readable `code`.")
 
 
 @asynccontextmanager
@@ -97,9 +105,10 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
         async with _run(app, settings):
             yield
 
-    # The docs pages load Swagger UI and ReDoc from the package, not from a CDN, so
-    # they work on a network without internet.
-    app = FastAPIOffline(title="loraplane registry", version=__version__, lifespan=lifespan)
+    app = FastAPI(title=TITLE, version=__version__, description=DESCRIPTION,
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
+    # Its own /docs and /redoc: every asset from the registry, none from a CDN.
+    install_docs(app, TITLE)
     app.state.metrics = RegistryMetrics(settings.metrics_max_adapters)
     # Inside the metrics middleware (added after it), so its 413s are counted.
     app.add_middleware(BodyLimitMiddleware, limit=lambda: settings.max_json_body_bytes)
@@ -108,7 +117,7 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     for router in (health_router, adapters_router, retired_names, versions_router,
                    aliases_router,
                    routing_router, events_router, desired_router, agents_router,
-                   tokens_router, blobs_router):
+                   tokens_router, whoami_router, blobs_router):
         app.include_router(router)
     install_ui(app)
     install_openapi(app)

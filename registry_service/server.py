@@ -7,7 +7,9 @@ seconds; ``loraplane_cli.registry`` imports it only when ``registry serve`` or
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 
 import uvicorn
 from sqlalchemy.engine import make_url
@@ -126,18 +128,46 @@ def server_config(settings: RegistrySettings) -> uvicorn.Config:
         max_connections=bounded_by_descriptors(settings.max_connections)))
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything starts: a taken port fails here, with
+    nothing started and no "registry ready" logged (uvicorn binds after the lifespan)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        hint = ("; another process listens there: stop it or pick another --port "
+                "(LORAPLANE_PORT)") if exc.errno == errno.EADDRINUSE else ""
+        raise StartupFailed(f"cannot listen on {host}:{port}: {reason}{hint}",
+                            code="port_unavailable") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def quiet_migrations(log_level: str) -> None:
+    """Alembic logs every migration step at INFO (seven lines at a first start); they
+    matter only to whoever debugs one."""
+    if log_level != "debug":
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
 def run_server(settings: RegistrySettings) -> None:
     """Serve until SIGINT/SIGTERM; a failed start-up raises ``StartupFailed``."""
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    quiet_migrations(settings.log_level)
     return_large_buffers_to_the_os()
+    listener = bind_listener(settings.host, settings.port)
     config = server_config(settings)
     failure = StartupFailure(condense=settings.log_level != "debug")
     logging.getLogger("uvicorn.error").addFilter(failure)
     server = uvicorn.Server(config)
     try:
-        server.run()
+        server.run(sockets=[listener])
     except KeyboardInterrupt:
         # uvicorn re-raises the Ctrl-C it handled once it has shut down: a normal stop.
         return
@@ -145,5 +175,7 @@ def run_server(settings: RegistrySettings) -> None:
         # uvicorn exits the process itself when start-up fails; say why, once, instead.
         if server.started:
             raise
+    finally:
+        listener.close()
     if not server.started:
         raise StartupFailed(f"the registry did not start: {failure.reason or 'see the log above'}")

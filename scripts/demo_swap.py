@@ -183,10 +183,10 @@ async def published(events: EventWatch, push: asyncio.Task[Any], timeout_s: floa
 
 
 async def publish(api: AsyncRegistryClient, folder: Path, timeline: Timeline) -> UploadResult:
-    # The upload `loraplane push` makes, sent from this process: on 2 cores under a
+    # The upload `loraplane push --alias live` makes, sent from this process: on 2 cores under a
     # running stream, starting a new process took 3-10 s, and the push then landed after
     # the stream had ended.
-    result = await api.push(ADAPTER, folder)
+    result = await api.push(ADAPTER, folder, aliases=["live"])
     if not result.created or result.version != 2:
         raise DemoError(f"the push did not create version 2: {result}")
     moved = ", ".join(f"{m.alias} -> {m.version}" for m in result.aliases)
@@ -215,7 +215,8 @@ async def swap_under_stream(api: AsyncRegistryClient, agent: OpenAIClient, v2_fo
         await asyncio.wait_for(first_chunk.wait(), 60)
         timeline.mark("stream: first token arrived")
         timeline.mark(f"push of v2 started (POST /v1/adapters/{ADAPTER}/versions, "
-                      f"the upload `loraplane push {ADAPTER} {v2_folder.name}` makes)")
+                      f"the upload `loraplane push {ADAPTER} {v2_folder.name} --alias live` "
+                      "makes)")
         push = asyncio.create_task(publish(api, v2_folder, timeline))
         # Requests before the event could only be v1: they would just slow the push down.
         await published(events, push, timeout_s=60)
@@ -297,7 +298,7 @@ async def run_scenario(cli: CliRunner, agent_url: str, vllm_url: str, nats_url: 
     step("create the adapter and publish v1")
     cli.run("adapters", "create", ADAPTER, "--base-model", BASE_MODEL, "--tenant", "acme",
             "--description", "first-line support")
-    cli.run("push", ADAPTER, str(adapters / "a1"))
+    cli.run("push", ADAPTER, str(adapters / "a1"), "--alias", "live")
     step("an inference token for acme's clients: the agent answers nobody without one")
     async with cli.api() as api:
         client_token = (await api.create_token("demo-client", "inference",

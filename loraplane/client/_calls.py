@@ -20,6 +20,7 @@ from loraplane.api import (
     RouteOut,
     TokenCreated,
     TokenList,
+    TokenOut,
     UploadResult,
     VersionOut,
     VersionPage,
@@ -74,11 +75,15 @@ def delete_adapter(name: str) -> Call[None]:
 # Versions
 
 def push(name: str, source: Path | Sequence[FilePart], aliases: Sequence[str],
-         notes: str | None, on_progress: OnProgress | None) -> Call[UploadResult]:
+         notes: str | None, on_progress: OnProgress | None,
+         allow_shape_change: bool = False) -> Call[UploadResult]:
     files = collect_files(source) if isinstance(source, Path) else list(source)
+    # Always sent, empty included: a body without it makes the registry move ``live``.
     fields = [FieldPart("aliases", ",".join(aliases))]
     if notes:
         fields.append(FieldPart("notes", notes))
+    if allow_shape_change:
+        fields.append(FieldPart("allow_shape_change", "true"))
     body = MultipartBody(fields, files, on_progress=on_progress)
     return Call("POST", path("adapters", name, "versions"), model(UploadResult), body=body,
                 upload=True)
@@ -146,6 +151,10 @@ def list_tokens(include_revoked: bool) -> Call[TokenList]:
     # The registry's default is to leave revoked tokens out: only say so when asked.
     params = query({"include_revoked": True if include_revoked else None})
     return Call("GET", path("tokens"), model(TokenList), params=params)
+
+
+def own_token() -> Call[TokenOut]:
+    return Call("GET", path("whoami"), model(TokenOut))
 
 
 def revoke_token(token_id: int) -> Call[None]:

@@ -19,6 +19,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from loraplane import __version__
+from loraplane.client.config import Discover, client_connection
 from loraplane.client.errors import (
     BadResponse,
     DownloadFailed,
@@ -113,8 +114,10 @@ def nothing(_: Any) -> None:
 class ClientConfig:
     """What both shells share: where the registry is, how to authenticate, timeouts."""
 
-    def __init__(self, base_url: str, token: str | None, *, timeout_s: float,
-                 user_agent: str | None) -> None:
+    def __init__(self, base_url: str | None, token: str | Discover | None, *,
+                 timeout_s: float, user_agent: str | None) -> None:
+        # Unnamed: from LORAPLANE_REGISTRY/LORAPLANE_TOKEN or `loraplane login`'s profile.
+        base_url, token = client_connection(base_url, token)
         self.base_url = base_url.rstrip("/")
         self.has_token = bool(token)
         self.timeout_s = timeout_s

@@ -26,6 +26,7 @@ from loraplane.api import (
     RouteOut,
     TokenCreated,
     TokenList,
+    TokenOut,
     UploadResult,
     VersionOut,
     VersionPage,
@@ -43,6 +44,7 @@ from loraplane.client._core import (
     Pager,
     registry_file_path,
 )
+from loraplane.client.config import DISCOVER, Discover
 from loraplane.client.errors import RegistryError, error_from_transport
 from loraplane.client.multipart import FilePart, OnProgress, check_first
 from loraplane.client.retry import OnRetry, RetryDelay
@@ -57,11 +59,14 @@ P = TypeVar("P", AdapterPage, VersionPage)
 class AsyncRegistryClient:
     """The registry's REST API for asyncio. Every failure is a ``RegistryError``.
 
+    Without ``base_url`` or ``token``, they come from ``LORAPLANE_REGISTRY`` and
+    ``LORAPLANE_TOKEN``, else the profile ``loraplane login`` saved
+    (``loraplane.client.config``); ``token=None`` sends none.
     Use it as an async context manager (or call ``aclose``). ``transport`` replaces the
     network, e.g. with ``httpx.MockTransport`` in tests.
     """
 
-    def __init__(self, base_url: str, token: str | None = None, *,
+    def __init__(self, base_url: str | None = None, token: str | Discover | None = DISCOVER, *,
                  timeout_s: float = DEFAULT_TIMEOUT_S, user_agent: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.config = ClientConfig(base_url, token, timeout_s=timeout_s, user_agent=user_agent)
@@ -141,16 +146,20 @@ class AsyncRegistryClient:
     # Versions
 
     async def push(self, name: str, source: Path | Sequence[FilePart], *,
-             aliases: Sequence[str] = (DEFAULT_ALIAS,), notes: str | None = None,
-             on_progress: OnProgress | None = None) -> UploadResult:
+             aliases: Sequence[str] = (), notes: str | None = None,
+             on_progress: OnProgress | None = None,
+             allow_shape_change: bool = False) -> UploadResult:
         """Upload a PEFT folder or one archive as a version of ``name``, streamed from disk,
-        and point ``aliases`` at it. Identical files are not a new version
-        (``created`` is False). An adapter over 1 MiB is checked first, so an unknown
-        name or a missing permission fails before its bytes are hashed and sent; a
-        smaller one is refused by the upload itself, one round trip sooner."""
+        and point ``aliases`` at it: by default none moves, storing a version is not
+        serving it (``move_alias`` does that). Identical files are not a new version
+        (``created`` is False). Tensor shapes unlike the adapter's current versions'
+        are refused (``shape_mismatch``) unless ``allow_shape_change``. An adapter over
+        1 MiB is checked first, so an unknown name or a missing permission fails before
+        its bytes are hashed and sent; a smaller one is refused by the upload itself."""
         if check_first(source):
             await self.get_adapter(name)
-        return await self.send(api.push(name, source, aliases, notes, on_progress))
+        return await self.send(api.push(name, source, aliases, notes, on_progress,
+                                        allow_shape_change))
 
     async def versions_page(self, name: str, *, limit: int | None = None,
                       cursor: str | None = None) -> VersionPage:
@@ -237,6 +246,10 @@ class AsyncRegistryClient:
         """A new token; its ``secret`` is in this answer only. ``agent_id`` binds an agent
         token to one agent id (else its first status report does)."""
         return await self.send(api.create_token(name, role, tenant, agent_id))
+
+    async def whoami(self) -> TokenOut:
+        """The token this client sends: its name, role and tenant (never its secret)."""
+        return await self.send(api.own_token())
 
     async def list_tokens(self, *, include_revoked: bool = False) -> TokenList:
         return await self.send(api.list_tokens(include_revoked))

@@ -16,10 +16,12 @@ from pathlib import Path
 
 from loraplane.client.errors import InvalidSource
 from loraplane.digest import sha256_file
+from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.files import ALLOWED_FILES, list_adapter_files
 
 CRLF = b"\r\n"
 DEFAULT_CHUNK_SIZE = 1024 * 1024
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+ADAPTER_FILES = ALLOWED_FILES
 ARCHIVE_TYPES = {
     ".tar.gz": "application/gzip",
     ".tgz": "application/gzip",
@@ -80,13 +82,25 @@ def check_first(source: Path | Sequence[FilePart]) -> bool:
         return True  # collect_files says what is wrong, after the check
 
 
+def _folder_files(source: Path) -> list[FilePart]:
+    """The two adapter files of a folder, judged by the rules the registry applies to an
+    archive's members (``loraplane.lora.files``): README.md and tokenizer files are
+    dropped, any other file is refused, pickle weights get a hint to re-save them."""
+    try:
+        list_adapter_files(source)
+    except AdapterInvalid as exc:
+        code = "missing_file" if exc.code.startswith("missing_") else exc.code
+        raise InvalidSource(f"{source}: {exc.message}", code=code) from exc
+    except OSError as exc:
+        raise InvalidSource(f"cannot read {source}: {exc.strerror or exc}",
+                            code="file_unreadable") from exc
+    return [FilePart.of("files", source / n, with_digest=True) for n in ADAPTER_FILES]
+
+
 def collect_files(source: Path) -> list[FilePart]:
     """The parts to send for a PEFT folder (its two adapter files) or for one archive."""
     if source.is_dir():
-        missing = [n for n in ADAPTER_FILES if not (source / n).is_file()]
-        if missing:
-            raise InvalidSource(f"{source} has no {' or '.join(missing)}", code="missing_file")
-        return [FilePart.of("files", source / n, with_digest=True) for n in ADAPTER_FILES]
+        return _folder_files(source)
     if source.is_file():
         lowered = source.name.lower()
         for suffix, content_type in ARCHIVE_TYPES.items():

@@ -12,6 +12,7 @@ from loraplane.lora.base_model import (
     check_against_base,
 )
 from loraplane.lora.errors import ERROR_CODES, TOO_LARGE_CODES, AdapterInvalid
+from loraplane.lora.files import ALLOWED_FILES, CONFIG_FILE, IGNORED_FILES, WEIGHTS_FILE
 from loraplane.lora.peft_config import LoraConfig, parse_lora_config
 from loraplane.lora.safetensors import (
     DEFAULT_CHUNK_BYTES,
@@ -24,13 +25,7 @@ from loraplane.lora.safetensors import (
     scan_finite,
 )
 from loraplane.lora.tensors import LoraModule, TensorSummary, check_tensors
-from loraplane.lora.validate import (
-    ALLOWED_FILES,
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    AdapterSummary,
-    validate_adapter_dir,
-)
+from loraplane.lora.validate import AdapterSummary, validate_adapter_dir
 
 __all__ = [
     "ALLOWED_FILES",
@@ -39,6 +34,7 @@ __all__ = [
     "DEFAULT_MAX_HEADER_BYTES",
     "ERROR_CODES",
     "FLOAT_DTYPES",
+    "IGNORED_FILES",
     "SUPPORTED_MODEL_TYPES",
     "TOO_LARGE_CODES",
     "WEIGHTS_FILE",

@@ -95,6 +95,19 @@ def check_tensors(header: SafetensorsHeader, config: LoraConfig) -> TensorSummar
     )
 
 
+def header_features(header: SafetensorsHeader) -> dict[str, tuple[int, int]]:
+    """Module path -> (in_features, out_features) of a checked header, config unread:
+    lora_A is [r, in] and lora_B is [out, r]. Raises ``tensor_mismatch`` like
+    :func:`check_tensors` on a header it would refuse."""
+    features = {}
+    for path, pair in _pair_tensors(header).items():
+        a, b = pair["A"].shape, pair["B"].shape
+        if len(a) != 2 or len(b) != 2:
+            _mismatch(f"module {path!r}: lora_A and lora_B must be matrices", module=path)
+        features[path] = (a[1], b[0])
+    return features
+
+
 def _module_of(name: str) -> tuple[str, str]:
     if name.endswith(_EMBEDDING_SUFFIXES):
         _mismatch(f"tensor {name!r} is an embedding LoRA, which is not supported", tensor=name)

@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import os
 import re
-import stat
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loraplane.lora.base_model import BaseModelShapes, check_against_base
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.files import (
+    ALLOWED_FILES,
+    CONFIG_FILE,
+    IGNORED_FILES,
+    WEIGHTS_FILE,
+    check_names,
+    list_adapter_files,
+)
 from loraplane.lora.peft_config import LoraConfig, parse_lora_config
 from loraplane.lora.safetensors import (
     DEFAULT_MAX_HEADER_BYTES,
@@ -35,15 +42,8 @@ from loraplane.lora.safetensors import (
 from loraplane.lora.safetensors_stream import SafetensorsStream
 from loraplane.lora.tensors import check_tensors
 
-CONFIG_FILE = "adapter_config.json"
-WEIGHTS_FILE = "adapter_model.safetensors"
-ALLOWED_FILES = (CONFIG_FILE, WEIGHTS_FILE)
-# Written by save_pretrained next to the adapter; never part of a version. One rule
-# for every way an adapter arrives (folder, zip, tar.gz, multipart, a watched folder).
-IGNORED_FILES = frozenset({"README.md"})
 # A hub id ("name" or "org/name"); anything else in base_model_name_or_path is a path.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
-_PICKLE_FILES = frozenset({"adapter_model.bin", "adapter_model.pt", "pytorch_model.bin"})
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,17 @@ class AdapterSummary:
     dtypes: tuple[str, ...] = ()
     num_tensors: int = 0
     use_rslora: bool = False
+    # What was accepted without a full check: the publisher should look at these.
     warnings: tuple[str, ...] = ()
+    # Checks worth telling the publisher about that passed (not warnings).
+    notes: tuple[str, ...] = ()
+    # Module path -> (in_features, out_features): the base-model-facing shapes.
+    features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, for version metadata and events."""
         data = asdict(self)
+        data.pop("features")  # per module: large, and kept for upload-time checks only
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
 
@@ -81,7 +87,7 @@ def validate_adapter_dir(
     is weighed against it. ``max_rank`` is vLLM's ``max_lora_rank``.
     """
     directory = Path(directory)
-    files = _list_files(directory)
+    files = list_adapter_files(directory)
     weights = directory / WEIGHTS_FILE
 
     def scan(header: SafetensorsHeader) -> None:
@@ -105,7 +111,7 @@ def validate_streamed_adapter(
     """The checks of :func:`validate_adapter_dir`, in the same order, for an upload whose
     weights were checked while they streamed past (``weights``) and never stored here."""
     present = [n for n in names if n not in IGNORED_FILES]
-    files = _check_names(sorted(n for n in present if n in ALLOWED_FILES),
+    files = check_names(sorted(n for n in present if n in ALLOWED_FILES),
                          sorted(n for n in present if n not in ALLOWED_FILES))
     return _validate(config_path, files, weights.header, weights.raise_scan_error,
                      expected_base_model=expected_base_model, base_shapes=base_shapes)
@@ -145,6 +151,8 @@ def _validate(
         num_tensors=len(header.tensors),
         use_rslora=config.use_rslora,
         warnings=warnings,
+        notes=_base_model_note(config, expected_base_model, base_shapes),
+        features=summary.features,
     )
 
 
@@ -155,62 +163,6 @@ def _check_rank(rank: int, max_rank: int | None) -> None:
             f"adapter rank {rank} is above the maximum {max_rank}",
             {"rank": rank, "max_rank": max_rank},
         )
-
-
-def _list_files(directory: Path) -> tuple[str, ...]:
-    present: list[str] = []
-    unknown: list[str] = []
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            mode = entry.stat(follow_symlinks=False).st_mode
-            if entry.name in ALLOWED_FILES and stat.S_ISREG(mode):
-                present.append(entry.name)
-            elif entry.name in IGNORED_FILES and stat.S_ISREG(mode):
-                continue
-            else:
-                unknown.append(entry.name + ("/" if stat.S_ISDIR(mode) else ""))
-    return _check_names(sorted(present), sorted(unknown))
-
-
-def _check_names(present: list[str], unknown: list[str]) -> tuple[str, ...]:
-    if unknown:
-        raise AdapterInvalid(
-            "unknown_file",
-            _unknown_message(unknown),
-            {"files": unknown, "allowed": list(ALLOWED_FILES)},
-        )
-    if CONFIG_FILE not in present:
-        raise AdapterInvalid("missing_config", f"{CONFIG_FILE} is missing", {"file": CONFIG_FILE})
-    if WEIGHTS_FILE not in present:
-        raise AdapterInvalid(
-            "missing_weights", f"{WEIGHTS_FILE} is missing", {"file": WEIGHTS_FILE}
-        )
-    return tuple(present)
-
-
-def _unknown_message(unknown: list[str]) -> str:
-    pickles = [name for name in unknown if name in _PICKLE_FILES]
-    if pickles:
-        # Pickle files can run code when loaded; only safetensors is accepted.
-        return (
-            f"{', '.join(pickles)}: pickle weights are not accepted, "
-            f"save the adapter as {WEIGHTS_FILE}"
-        )
-    return (
-        f"unexpected files {', '.join(unknown)}; an adapter holds only "
-        f"{' and '.join(ALLOWED_FILES)} (as regular files)"
-    )
-
-
-def drop_ignored_files(paths: list[Path]) -> list[Path]:
-    """Delete the files :data:`IGNORED_FILES` names (a ``README.md``) and return the rest."""
-    kept = []
-    for path in paths:
-        if path.name in IGNORED_FILES and path.is_file() and not path.is_symlink():
-            path.unlink()
-        else:
-            kept.append(path)
-    return kept
 
 
 def is_local_path(name: str | None) -> bool:
@@ -229,12 +181,9 @@ def _check_base_model(
     checks the shapes before loading); only a different model *name* is refused.
     """
     actual = config.base_model_name_or_path
-    if expected is None or (actual is not None and actual.rstrip("/") == expected.rstrip("/")):
-        return ()
-    shown = "no base model" if actual is None else f"base model {actual!r}"
-    if shapes is not None:
-        return (f"adapter_config.json names {shown}; accepted because its tensors fit the "
-                f"shapes of {expected!r}",)
+    shown = _other_base_model(actual, expected)
+    if shown is None or shapes is not None:
+        return ()  # with shapes, the shape check decides (see _base_model_note)
     if actual is None or is_local_path(actual):
         return (f"adapter_config.json names {shown}; accepted for {expected!r} without a "
                 "shape check here (the inference agent checks shapes before loading)",)
@@ -246,3 +195,21 @@ def _check_base_model(
         "operator can set LORAPLANE_BASE_MODEL_CONFIGS so uploads are judged by tensor shapes",
         {"base_model": actual, "expected_base_model": expected},
     )
+
+
+def _other_base_model(actual: str | None, expected: str | None) -> str | None:
+    """How to name the config's base model when it is not the registered one, else None."""
+    if expected is None or (actual is not None and actual.rstrip("/") == expected.rstrip("/")):
+        return None
+    return "no base model" if actual is None else f"base model {actual!r}"
+
+
+def _base_model_note(
+    config: LoraConfig, expected: str | None, shapes: BaseModelShapes | None
+) -> tuple[str, ...]:
+    """The passed shape check that overruled the config's base model string, if any."""
+    shown = _other_base_model(config.base_model_name_or_path, expected)
+    if shown is None or shapes is None:
+        return ()
+    return (f"adapter_config.json names {shown}; the tensors' shapes were checked "
+            f"against {expected!r} and fit",)

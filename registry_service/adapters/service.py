@@ -24,7 +24,12 @@ from registry_service.adapters.schemas import (
     AdapterUpdate,
     AliasOut,
 )
-from registry_service.aliases.service import alias_versions, remove_all_aliases
+from registry_service.aliases.models import Alias
+from registry_service.aliases.service import (
+    alias_versions,
+    aliases_by_adapter,
+    remove_all_aliases,
+)
 from registry_service.auth.roles import Principal, Role
 from registry_service.db.base import utcnow
 from registry_service.errors import BadRequest, Conflict, Forbidden, InvalidInput, NotFound
@@ -110,16 +115,22 @@ async def free_retired_name(session: AsyncSession, principal: Principal, name: s
     await session.commit()
 
 
+def _alias_out(found: list[tuple[Alias, int | None]]) -> list[AliasOut]:
+    # A removed alias keeps its row pointing nowhere: it is not one of the adapter's.
+    return [AliasOut(alias=a.name, version=num, revision=a.revision, updated_at=a.updated_at)
+            for a, num in found if a.version_id is not None]
+
+
 async def _out(session: AsyncSession, adapter: Adapter, *, aliases: bool = False) -> AdapterOut:
-    alias_out: list[AliasOut] = []
-    if aliases:
-        alias_out = [AliasOut(alias=a.name, version=num, revision=a.revision,
-                              updated_at=a.updated_at)
-                     for a, num in await alias_versions(session, adapter)]
+    found = await alias_versions(session, adapter) if aliases else []
+    return _adapter_out(adapter, _alias_out(found))
+
+
+def _adapter_out(adapter: Adapter, aliases: list[AliasOut]) -> AdapterOut:
     return AdapterOut(
         name=adapter.name, tenant=adapter.tenant.name, base_model=adapter.base_model,
         description=adapter.description, latest_version=adapter.last_version or None,
-        created_at=adapter.created_at, aliases=alias_out, replicas=adapter.replicas,
+        created_at=adapter.created_at, aliases=aliases, replicas=adapter.replicas,
     )
 
 
@@ -160,7 +171,9 @@ async def list_adapters(
     if cursor is not None:
         query = query.where(Adapter.name > _decode_cursor(cursor))
     rows = list(await session.scalars(query.order_by(Adapter.name).limit(limit + 1)))
-    page = [await _out(session, a) for a in rows[:limit]]
+    # Every listed adapter's aliases in one query, not one per adapter.
+    found = await aliases_by_adapter(session, [a.id for a in rows[:limit]])
+    page = [_adapter_out(a, _alias_out(found[a.id])) for a in rows[:limit]]
     next_cursor = _encode_cursor(rows[limit - 1].name) if len(rows) > limit else None
     return AdapterPage(adapters=page, next_cursor=next_cursor)
 

@@ -24,7 +24,7 @@ StaleAfter = Annotated[float | None, Query(gt=0, le=7 * 24 * 3600,
 
 
 # Before any /v1/agents/{agent_id} route, so "credentials" is never taken for an id.
-@router.get("/v1/agents/credentials")
+@router.get("/v1/agents/credentials", summary="Inference credentials")
 async def inference_credentials(session: SessionDep,
                                 principal: PrincipalDep) -> InferenceCredentials:
     """The sha256 and tenant of every live inference token (agent tokens only)."""
@@ -48,10 +48,14 @@ def wants_minimal(prefer: str | None) -> bool:
 StatusBody = Annotated[AgentStatus, Depends(json_body(AgentStatus))]
 
 
-@router.post("/v1/agents/{agent_id}/status", response_model=AgentOut, responses=_MINIMAL,
+@router.post("/v1/agents/{agent_id}/status", summary="Report an agent's status",
+             response_model=AgentOut, responses=_MINIMAL,
              openapi_extra=openapi_body(AgentStatus))
 async def report_status(agent_id: AgentId, body: StatusBody, token: TokenDep, ctx: CtxDep,
                         prefer: Prefer = None) -> AgentOut | Response:
+    """An agent's report of what it serves: each version's tier (hot, warm, cold), failures with
+    their reason, and whether it is leaving (agent token, for the id it is bound to). Stored in
+    batches; answers 409 `stale_report` for a report older than the one held."""
     # Authenticated with the report's batch (agents/ingest.py), not a session of its own.
     stored = await ctx.reports.submit(ReportIn(token, agent_id, body))
     if wants_minimal(prefer):
@@ -59,7 +63,7 @@ async def report_status(agent_id: AgentId, body: StatusBody, token: TokenDep, ct
     return stored
 
 
-@router.delete("/v1/agents/{agent_id}/binding", status_code=204)
+@router.delete("/v1/agents/{agent_id}/binding", summary="Free an agent id", status_code=204)
 async def release_binding(agent_id: AgentId, session: SessionDep,
                           principal: PrincipalDep) -> Response:
     """Free the agent id from the revoked token bound to it (global admins): another
@@ -68,18 +72,23 @@ async def release_binding(agent_id: AgentId, session: SessionDep,
     return Response(status_code=204)
 
 
-@router.get("/v1/agents")
+@router.get("/v1/agents", summary="List agents")
 async def list_agents(session: SessionDep, principal: PrincipalDep, ctx: CtxDep,
                       stale_after_s: StaleAfter = None,
                       base_model: str | None = None) -> AgentList:
+    """Every agent that reported, with its last report, and whether it is stale (no report for
+    `stale_after_s`); filter by `base_model`."""
     return await service.list_agents(
         session, principal, stale_after_s=stale_after_s or ctx.settings.agent_stale_after_s,
         base_model=base_model)
 
 
-@router.get("/v1/adapters/{name}/rollout")
+@router.get("/v1/adapters/{name}/rollout", summary="An adapter's rollout")
 async def adapter_rollout(name: str, session: SessionDep, principal: PrincipalDep,
                           ctx: CtxDep, stale_after_s: StaleAfter = None) -> RolloutOut:
+    """For each alias of the adapter, which agents serve its version, which are still behind or
+    failed (with the reason), which agents own it by placement, and each version's tier per
+    agent."""
     return await service.adapter_rollout(
         session, principal, name,
         stale_after_s=stale_after_s or ctx.settings.agent_stale_after_s)

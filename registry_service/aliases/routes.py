@@ -16,20 +16,25 @@ from registry_service.deps import PrincipalDep, SessionDep
 router = APIRouter(prefix="/v1/adapters/{name}/aliases", tags=["aliases"])
 
 
-@router.put("/{alias}")
+@router.put("/{alias}", summary="Move an alias (promote)")
 async def put_alias(name: str, alias: str, body: AliasMoveRequest, session: SessionDep,
                     principal: PrincipalDep) -> AliasState:
+    """Point the alias at a version, creating it if needed (publisher); the move is recorded in
+    the alias's history. With `expected_revision`, a compare-and-set: 409 if the alias moved
+    meanwhile."""
     return await service.promote(session, principal, name, alias, body.version,
                                  body.expected_revision)
 
 
-@router.delete("/{alias}")
+@router.delete("/{alias}", summary="Remove an alias")
 async def delete_alias(name: str, alias: str, session: SessionDep,
                        principal: PrincipalDep) -> AliasState:
+    """Remove the alias (publisher); its moves stay in its history. Routing rules naming it stop
+    resolving."""
     return await service.remove_alias(session, principal, name, alias)
 
 
-@router.post("/{alias}/rollback")
+@router.post("/{alias}/rollback", summary="Roll an alias back")
 async def rollback_alias(name: str, alias: str, session: SessionDep, principal: PrincipalDep,
                          body: RollbackRequest | None = None) -> AliasState:
     """Undo the alias's latest move that no rollback has undone yet.
@@ -42,7 +47,7 @@ async def rollback_alias(name: str, alias: str, session: SessionDep, principal: 
     return await service.rollback(session, principal, name, alias, expected)
 
 
-@router.get("/{alias}/history")
+@router.get("/{alias}/history", summary="An alias's moves")
 async def get_history(name: str, alias: str, session: SessionDep, principal: PrincipalDep,
                       limit: Annotated[int, Query(ge=1, le=1000)] = 100,
                       cursor: str | None = None) -> AliasHistory:

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.naming import explain_slug_error
 from registry_service.errors import RegistryError
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ async def _adapter_invalid(_: Request, exc: Exception) -> JSONResponse:
 async def _validation(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = [
-        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+        {"loc": [str(p) for p in e.get("loc", ())],
+         "msg": explain_slug_error(str(e.get("msg", "")))}
         for e in exc.errors()
     ]
     return error_response(422, "invalid_request", "the request is invalid", {"errors": errors})

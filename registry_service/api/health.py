@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import text
 
 from registry_service.agents.convergence import refresh_fleet_metrics
@@ -17,19 +17,37 @@ from registry_service.errors import RegistryError
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+class Health(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
+    status: Literal["ok"]
+
+
+@router.get("/healthz", summary="Liveness")
+async def healthz() -> Health:
+    """Answers while the process serves HTTP; checks nothing else. No token."""
+    return Health(status="ok")
 
 
 class Readiness(BaseModel):
-    status: str
+    # An example, or the docs pages would invent one for the free-form ``checks``.
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"status": "ready", "checks": {"database": "ok", "blob_store": "ok",
+                                       "event_bus": "ok"}},
+        {"status": "unready", "checks": {"database": "database_unavailable",
+                                         "blob_store": "ok", "event_bus": "disconnected"}},
+    ]})
+
+    status: Literal["ready", "unready"]
     checks: dict[str, str]
 
 
-@router.get("/readyz", response_model=Readiness,
+@router.get("/readyz", summary="Readiness", response_model=Readiness,
             responses={503: {"model": Readiness, "description": "a dependency is down"}})
 async def readyz(ctx: CtxDep) -> JSONResponse:
+    """Whether the registry can take work: `database` and `blob_store` must be `ok` (else 503);
+    `event_bus` (a NATS ping) is reported but does not make it unready, the outbox keeps the
+    events. No token."""
     checks: dict[str, Any] = {}
     try:
         async with ctx.db.session() as session:
@@ -51,9 +69,11 @@ async def readyz(ctx: CtxDep) -> JSONResponse:
                         status_code=200 if ready else 503)
 
 
-@router.get("/metrics", response_class=PlainTextResponse,
+@router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse,
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                              "description": "Prometheus text exposition"}})
 async def metrics(ctx: CtxDep) -> Response:
+    """The registry's metrics in Prometheus' text format, all prefixed `loraplane_registry_`
+    (docs/metrics.md). No token: keep the port inside the cluster."""
     await refresh_fleet_metrics(ctx.db, ctx.metrics, ctx.settings.agent_stale_after_s)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -246,6 +246,14 @@ async def list_tokens(
     return list(await session.scalars(query))
 
 
+async def own_token(session: AsyncSession, actor: Principal) -> ApiToken:
+    """The token ``actor`` authenticated with: every role may see its own (``whoami``)."""
+    token = await session.get(ApiToken, actor.token_id)
+    if token is None:
+        raise NotFound(f"token {actor.token_id} not found", code="token_not_found")
+    return token
+
+
 async def revoke_token(session: AsyncSession, actor: Principal, token_id: int) -> ApiToken:
     """Revoke and commit; revoking a revoked token changes nothing."""
     actor.require(Role.ADMIN)

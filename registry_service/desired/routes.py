@@ -6,13 +6,15 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from loraplane.events import DesiredState
+from registry_service.api.examples import DESIRED_STATE, json_example
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep
 from registry_service.desired.service import desired_state
 
 router = APIRouter(prefix="/v1/desired", tags=["desired"])
 
 
-@router.get("", response_model=DesiredState)
+@router.get("", summary="Desired state for agents", response_model=DesiredState,
+            responses=json_example(DESIRED_STATE))
 async def get_desired(
     session: SessionDep,
     principal: PrincipalDep,
@@ -20,6 +22,9 @@ async def get_desired(
     base_model: Annotated[str, Query(min_length=1, max_length=255)],
     adapter: Annotated[str | None, Query(max_length=63)] = None,
 ) -> JSONResponse:
+    """What agents of `base_model` should serve: every adapter with its aliases, the versions
+    they point at and their files, the routing rules, the placement and the live fleet, and the
+    stream sequence the snapshot reflects. `adapter` narrows it to one adapter."""
     state = await desired_state(session, principal, base_model=base_model, adapter=adapter,
                                 stale_after_s=ctx.settings.agent_stale_after_s)
     # Dumped here, not by FastAPI: ``FileRef.direct_url`` is excluded from every dump

@@ -17,21 +17,29 @@ TenantParam = Annotated[str | None, Query(
                 "a global token names one where the key alone is ambiguous")]
 
 
-@router.get("")
+@router.get("", summary="List routing rules")
 async def list_routes(session: SessionDep, principal: PrincipalDep,
                       kind: RouteKind | None = None, tenant: TenantParam = None) -> RouteList:
+    """The routing rules of the token's tenant (a global token: every tenant's, unless `tenant`
+    names one), optionally of one `kind`."""
     return await service.list_routes(session, principal, kind=kind, tenant=tenant)
 
 
-@router.put("/{kind}/{key}")
+@router.put("/{kind}/{key}", summary="Set a routing rule")
 async def put_route(kind: RouteKind, key: str, body: RoutePut, session: SessionDep,
                     principal: PrincipalDep, tenant: TenantParam = None) -> RouteOut:
+    """Route requests with this customer or task key (or the tenant's `default`) to
+    `adapter@alias` (publisher on the adapter's tenant). The alias must point at a version (404
+    `alias_not_found`)."""
     return await service.put_route(session, principal, kind=kind, key=key,
                                    adapter=body.adapter, alias=body.alias, tenant=tenant)
 
 
-@router.delete("/{kind}/{key}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/{kind}/{key}", summary="Delete a routing rule",
+               status_code=status.HTTP_204_NO_CONTENT)
 async def delete_route(kind: RouteKind, key: str, session: SessionDep,
                        principal: PrincipalDep, tenant: TenantParam = None) -> Response:
+    """Delete the rule of this kind and key (publisher). A global token names the `tenant` when
+    several tenants hold the key (400 `tenant_required`)."""
     await service.delete_route(session, principal, kind=kind, key=key, tenant=tenant)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

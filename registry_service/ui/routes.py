@@ -7,23 +7,24 @@ the endpoints use the usual authentication and tenant scoping, and no cookie is 
 from __future__ import annotations
 
 from contextlib import suppress
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, FastAPI, Query
+from fastapi import APIRouter, FastAPI, Path, Query
 from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from loraplane.api.bounds import INT32_MAX
 from registry_service.auth.roles import Role
 from registry_service.context import RegistryContext
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep, TokenDep
 from registry_service.ui import service
-from registry_service.ui.schemas import Fleet, SignedIn, Timeline
+from registry_service.ui.schemas import Fleet, SignedIn, Timeline, VersionDetails, VersionDiff
 from registry_service.ui.stream import StreamHub, open_stream
 
-STATIC = Path(__file__).parent / "static"
+STATIC = FilePath(__file__).parent / "static"
 # The page may load and call nothing but this registry.
 _PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -50,8 +51,12 @@ class LiveResponse(StreamingResponse):
             group.cancel_scope.cancel()
 
 
+VersionPath = Annotated[int, Path(ge=1, le=INT32_MAX)]
+VersionQuery = Annotated[int, Query(ge=1, le=INT32_MAX)]
+
 pages = APIRouter(include_in_schema=False)
-api = APIRouter(prefix="/ui/api", tags=["ui"])
+# The page's own JSON, not part of the registry's public API (nor of its OpenAPI).
+api = APIRouter(prefix="/ui/api", tags=["ui"], include_in_schema=False)
 
 
 @pages.get("/")
@@ -77,13 +82,26 @@ async def get_timeline(name: str, session: SessionDep, principal: PrincipalDep,
     return await service.timeline(session, principal, name, limit)
 
 
+@api.get("/adapters/{name}/versions/{version}")
+async def get_version_details(name: str, version: VersionPath, ctx: CtxDep,
+                              session: SessionDep, principal: PrincipalDep) -> VersionDetails:
+    return await service.version_details(session, principal, ctx.blobs, name, version)
+
+
+@api.get("/adapters/{name}/diff")
+async def get_version_diff(name: str, base: VersionQuery, head: VersionQuery, ctx: CtxDep,
+                           session: SessionDep, principal: PrincipalDep) -> VersionDiff:
+    """What changed from version ``base`` to version ``head``."""
+    return await service.version_diff(session, principal, ctx.blobs, name, base, head)
+
+
 @api.get("/fleet")
 async def get_fleet(ctx: CtxDep, session: SessionDep, principal: PrincipalDep) -> Fleet:
     return await service.fleet(session, principal,
                                stale_after_s=ctx.settings.agent_stale_after_s)
 
 
-@api.get("/stream", include_in_schema=False)
+@api.get("/stream")
 async def stream(ctx: CtxDep, principal: PrincipalDep, token: TokenDep) -> StreamingResponse:
     # ``principal`` refuses a bad token with the usual 4xx before the stream starts.
     principal.require(Role.READER)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from loraplane.api.adapters import AdapterOut
 from loraplane.api.agents import RolloutOut
+from loraplane.api.versions import VersionOut
 
 
 class SignedIn(BaseModel):
@@ -17,6 +18,8 @@ class SignedIn(BaseModel):
     name: str
     role: str
     tenant: str | None
+    # Whether the page offers promote and rollback; the registry checks every call anyway.
+    can_move_aliases: bool
 
 
 class TimelineEntry(BaseModel):
@@ -47,3 +50,37 @@ class Timeline(BaseModel):
 
 class Fleet(BaseModel):
     adapters: list[RolloutOut]
+
+
+class VersionDetails(VersionOut):
+    """A version as the page shows it: the listing plus its ``adapter_config.json``."""
+
+    # None when the file could not be read (a store outage): the rest still shows.
+    config: dict[str, Any] | None
+
+
+class ConfigChange(BaseModel):
+    key: str
+    change: Literal["added", "removed", "changed"]
+    before: Any = None
+    after: Any = None
+
+
+class FileChange(BaseModel):
+    name: str
+    change: Literal["added", "removed", "changed", "same"]
+    before_size: int | None
+    after_size: int | None
+
+
+class VersionDiff(BaseModel):
+    """What changed from version ``base`` to version ``head`` of one adapter."""
+
+    adapter: str
+    base: int
+    head: int
+    # None when either config could not be read.
+    config: list[ConfigChange] | None
+    files: list[FileChange]
+    base_size: int
+    head_size: int

@@ -2,23 +2,84 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from typing import Any
+
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.api.aliases import AliasMoveOut
 from loraplane.api.versions import VersionOut
+from loraplane.lora.files import CONFIG_FILE
+from loraplane.lora.peft_config import MAX_CONFIG_BYTES
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.service import show_adapter
 from registry_service.agents.service import DEFAULT_STALE_AFTER_S, tenant_rollouts
 from registry_service.aliases.service import adapter_moves
 from registry_service.auth.roles import Principal, Role
+from registry_service.blobs.base import BlobStore
+from registry_service.errors import Forbidden, RegistryError
 from registry_service.events.service import events_mark
-from registry_service.ui.schemas import Fleet, SignedIn, Timeline, TimelineEntry
-from registry_service.versions.service import list_versions
+from registry_service.ui.diff import config_changes, file_changes
+from registry_service.ui.schemas import (
+    Fleet,
+    SignedIn,
+    Timeline,
+    TimelineEntry,
+    VersionDetails,
+    VersionDiff,
+)
+from registry_service.versions.service import list_versions, show_version
+
+log = logging.getLogger(__name__)
 
 
 def signed_in(principal: Principal) -> SignedIn:
     principal.require(Role.READER)
-    return SignedIn(name=principal.name, role=principal.role.value, tenant=principal.tenant)
+    try:
+        principal.require(Role.PUBLISHER)  # what promote and rollback require
+        can_move = True
+    except Forbidden:
+        can_move = False
+    return SignedIn(name=principal.name, role=principal.role.value, tenant=principal.tenant,
+                    can_move_aliases=can_move)
+
+
+async def _read_config(blobs: BlobStore, version: VersionOut) -> dict[str, Any] | None:
+    """The version's ``adapter_config.json``, or None if the store cannot give it now."""
+    entry = next((f for f in version.files if f.name == CONFIG_FILE), None)
+    if entry is None or entry.size > MAX_CONFIG_BYTES:
+        return None
+    try:
+        async with await blobs.open_stream(entry.sha256) as stream:
+            data = b"".join([chunk async for chunk in stream])
+        document = json.loads(data)
+    except (RegistryError, OSError, ValueError) as exc:
+        log.warning("could not read %s of %s v%d: %s", CONFIG_FILE, version.adapter,
+                    version.version, exc)
+        return None
+    return document if isinstance(document, dict) else None
+
+
+async def version_details(session: AsyncSession, principal: Principal, blobs: BlobStore,
+                          name: str, number: int) -> VersionDetails:
+    version = await show_version(session, principal, name, number)
+    await session.rollback()  # no transaction held while the store answers
+    return VersionDetails(**version.model_dump(), config=await _read_config(blobs, version))
+
+
+async def version_diff(session: AsyncSession, principal: Principal, blobs: BlobStore,
+                       name: str, base: int, head: int) -> VersionDiff:
+    """From version ``base`` to version ``head``: config keys, files and sizes."""
+    old = await show_version(session, principal, name, base)
+    new = await show_version(session, principal, name, head)
+    await session.rollback()
+    old_config, new_config = await _read_config(blobs, old), await _read_config(blobs, new)
+    config = None if old_config is None or new_config is None \
+        else config_changes(old_config, new_config)
+    return VersionDiff(adapter=old.adapter, base=base, head=head, config=config,
+                       files=file_changes(old.files, new.files),
+                       base_size=old.total_size, head_size=new.total_size)
 
 
 def _version_entry(version: VersionOut) -> TimelineEntry:

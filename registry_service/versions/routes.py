@@ -30,19 +30,30 @@ _UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-da
                                "part's file name says which",
             },
             "aliases": {"type": "string",
-                        "description": "comma-separated aliases to move to the new version"},
+                        "description": "comma-separated aliases to move to the new version; "
+                                       "absent: live, empty: none (loraplane push sends "
+                                       "it, empty unless --alias)"},
             "notes": {"type": "string", "description": "free text kept with the version"},
+            "allow_shape_change": {
+                "type": "boolean", "default": False,
+                "description": "accept tensor shapes unlike the adapter's current versions' "
+                               "(else 422 shape_mismatch); the answer's "
+                               "shape_change_allowed says it was needed"},
         },
     },
     "encoding": {"files": {"contentType": "application/octet-stream"}},
 }}}}
 
 
-@router.post("", status_code=201, response_model=UploadResult,
+@router.post("", summary="Upload a version", status_code=201, response_model=UploadResult,
              responses={200: {"model": UploadResult, "description": "identical re-upload"}},
              openapi_extra=_UPLOAD_BODY)
 async def upload_version(name: str, request: Request, session: SessionDep,
                          principal: PrincipalDep, ctx: CtxDep) -> JSONResponse:
+    """Stream a PEFT LoRA folder's two files, or one archive of them, as the adapter's next
+    version (publisher), validated while it streams; nothing is stored unless every check
+    passes. Identical files answer 200 with the existing version, new ones 201. Aliases named in
+    `aliases` move to it in the same commit."""
     body = UploadBody(content_type=request.headers.get("content-type"),
                       content_length=request.headers.get("content-length"),
                       chunks=request.stream())
@@ -52,16 +63,20 @@ async def upload_version(name: str, request: Request, session: SessionDep,
     return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
 
 
-@router.get("")
+@router.get("", summary="List versions")
 async def list_versions(name: str, session: SessionDep, principal: PrincipalDep,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
                         cursor: str | None = None) -> VersionPage:
+    """The adapter's versions, newest first, `limit` at a time; pass `next_cursor` as `cursor`
+    for older ones."""
     return await service.list_versions(session, principal, name, limit=limit, cursor=cursor)
 
 
-@router.get("/{version}")
+@router.get("/{version}", summary="Show a version")
 async def get_version(name: str, version: VersionPath, session: SessionDep,
                       principal: PrincipalDep) -> VersionOut:
+    """One version: its files with their sizes and sha256, the digest over them, rank, alpha,
+    target modules, uploader and notes."""
     return await service.show_version(session, principal, name, version)
 
 
@@ -74,9 +89,12 @@ _FILE_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/{version}/files/{filename}", response_model=None, responses=_FILE_RESPONSES)
+@router.get("/{version}/files/{filename}", summary="Download a file of a version",
+            response_model=None, responses=_FILE_RESPONSES)
 async def get_file(name: str, version: VersionPath, filename: str, session: SessionDep,
                    principal: PrincipalDep, ctx: CtxDep) -> Response:
+    """The file's bytes (checked against its sha256 by `loraplane.client`), or a 307 to a
+    short-lived presigned URL of the blob store when it serves downloads."""
     found = await service.open_file(session, principal, name, version, filename,
                                     blobs=ctx.blobs, settings=ctx.settings)
     if found.redirect_url is not None:

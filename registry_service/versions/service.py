@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from loraplane.api.bounds import INT32_MAX, parse_bounded
 from loraplane.events import VersionPublished
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.shape_change import ShapeChange
 from loraplane.naming import DEFAULT_ALIAS
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
@@ -30,6 +31,7 @@ from registry_service.versions.lookup import get_version
 from registry_service.versions.models import Version
 from registry_service.versions.refs import version_ref
 from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
+from registry_service.versions.shape_guard import current_versions, find_change
 from registry_service.versions.slots import UploadSlots
 from registry_service.versions.staging import (
     StagedVersion,
@@ -56,6 +58,17 @@ def parse_aliases(raw: str | None) -> list[str]:
     for alias in aliases:
         check_alias_name(alias)
     return list(dict.fromkeys(aliases))
+
+
+def parse_flag(fields: dict[str, str], name: str) -> bool:
+    """A true/false form field; absent is false."""
+    raw = fields.get(name, "").strip().lower()
+    if raw in ("", "false", "0", "no"):
+        return False
+    if raw in ("true", "1", "yes"):
+        return True
+    raise BadRequest(f"form field {name!r} must be true or false", code="invalid_field",
+                     detail={"field": name, "value": raw[:64]})
 
 
 def version_out(adapter: Adapter, version: Version) -> VersionOut:
@@ -158,9 +171,15 @@ async def _publish(
             upload = await receive_upload(body, staging, limits,
                                           on_bytes=metrics.upload_bytes.inc, stream=stream)
         try:
-            with local_disk_errors(), phase("validate").time():
-                aliases = parse_aliases(upload.fields.get("aliases"))
-                staged = await stage_version(upload, staging, settings, base_model)
+            with phase("validate").time():
+                with local_disk_errors():
+                    aliases = parse_aliases(upload.fields.get("aliases"))
+                    allow = parse_flag(upload.fields, "allow_shape_change")
+                    staged = await stage_version(upload, staging, settings, base_model)
+                change = await _shape_change(session, principal, name, staged, blobs,
+                                             settings)
+                if change is not None and not allow:
+                    raise change.refusal()
             notes = upload.fields.get("notes", "")
             with phase("lease").time():
                 await lease_blobs(session, staged.files, settings)
@@ -172,13 +191,34 @@ async def _publish(
                     result = await _commit_version(session, principal, name, staged,
                                                    aliases, notes)
                 committed = True  # the commit gave the leases back
-                return result
+                return result if change is None else _overridden(result, change)
             finally:
                 if not committed:
                     await release_blobs(session, staged.files)
         finally:
             # A refused upload's streamed blob is discarded: no object, no open upload.
             await upload.abort_streams()
+
+
+async def _shape_change(session: AsyncSession, principal: Principal, name: str,
+                        staged: StagedVersion, blobs: BlobStore,
+                        settings: RegistrySettings) -> ShapeChange | None:
+    """How the upload's tensors differ from the adapter's current versions', if they do."""
+    try:
+        adapter = await get_visible_adapter(session, principal, name)
+    except NotFound:
+        await session.rollback()
+        return None  # deleted while the body streamed: the commit refuses the upload
+    versions = await current_versions(session, adapter, staged.digest)
+    await session.rollback()  # no transaction held while blobs are read
+    return await find_change(blobs, versions, staged.summary.features,
+                             max_header_bytes=settings.max_header_bytes)
+
+
+def _overridden(result: UploadResult, change: ShapeChange) -> UploadResult:
+    warning = f"{change.describe()}; accepted because allow_shape_change was set"
+    return result.model_copy(update={"warnings": [*result.warnings, warning],
+                                     "shape_change_allowed": True})
 
 
 async def _commit_version(
@@ -239,7 +279,8 @@ async def _add_version(
                                               action="publish", actor=principal.name))
     out = version_out(adapter, version)
     return UploadResult(**out.model_dump(), created=created, aliases=states,
-                        warnings=list(staged.summary.warnings))
+                        warnings=list(staged.summary.warnings),
+                        checks=list(staged.summary.notes))
 
 
 def _new_version(adapter: Adapter, staged: StagedVersion, principal: Principal,

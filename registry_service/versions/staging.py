@@ -16,12 +16,9 @@ from loraplane.digest import sha256_file, version_digest
 from loraplane.lora.archive import extract_archive
 from loraplane.lora.base_model import BaseModelShapes
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.files import CONFIG_FILE, IGNORED_FILES, WEIGHTS_FILE, drop_ignored_files
 from loraplane.lora.validate import (
-    CONFIG_FILE,
-    IGNORED_FILES,
-    WEIGHTS_FILE,
     AdapterSummary,
-    drop_ignored_files,
     validate_adapter_dir,
     validate_streamed_adapter,
 )

@@ -19,8 +19,8 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from loraplane.lora.errors import AdapterInvalid
+from loraplane.lora.files import ALLOWED_FILES, IGNORED_FILES, WEIGHTS_FILE
 from loraplane.lora.safetensors_stream import SafetensorsStream
-from loraplane.lora.validate import ALLOWED_FILES, IGNORED_FILES, WEIGHTS_FILE
 from registry_service.blobs.base import BlobWriter
 from registry_service.errors import BadRequest, PayloadTooLarge
 from registry_service.versions.upload_sinks import FileSink as _FileSink
@@ -28,7 +28,7 @@ from registry_service.versions.upload_sinks import ReceivedFile
 from registry_service.versions.upload_sinks import StreamSink as _StreamSink
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
-FORM_FIELDS = ("aliases", "notes")
+FORM_FIELDS = ("aliases", "notes", "allow_shape_change")
 MAX_FIELD_BYTES = 64 * 1024
 # The longest name a file system takes for one path component.
 MAX_FILENAME_BYTES = 255

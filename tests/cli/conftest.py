@@ -24,6 +24,12 @@ from loraplane.netutil import free_ports
 from loraplane.process import ChildProcess, ProcessError
 
 CLI = (sys.executable, "-m", "loraplane_cli")
+# The CLI with SIGINT handled as in a terminal's foreground job, for tests that send it:
+# a suite started in the background (`./scripts/test.sh &` in a script) inherits SIGINT
+# ignored, Python keeps it ignored, and the child would never see the test's Ctrl-C.
+RESTORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
+RUN_CLI = "import runpy; runpy.run_module('loraplane_cli', run_name='__main__')"
+INTERRUPTIBLE_CLI = (sys.executable, "-c", f"{RESTORE_SIGINT}\n{RUN_CLI}")
 START_TIMEOUT_S = 90.0
 CALL_TIMEOUT_S = 120.0
 # The nats-server binary may be named explicitly on some machines; nothing else leaks in.
@@ -31,10 +37,13 @@ KEPT_ENV = ("LORAPLANE_NATS_SERVER",)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without LORAPLANE_* settings that would change what is tested."""
+    """This environment without LORAPLANE_* settings or a saved login that would change
+    what is tested."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("LORAPLANE_") or k in KEPT_ENV}
     env.pop("COLUMNS", None)
+    # No profile of the machine's `loraplane login` either (an empty config file).
+    env["LORAPLANE_CONFIG"] = os.devnull
     env.update(extra)
     return env
 

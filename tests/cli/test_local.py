@@ -53,7 +53,7 @@ def test_an_unreadable_token_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_alias_options_accept_repeats_and_comma_lists() -> None:
-    assert parse_alias_options((), False) == ["live"]
+    assert parse_alias_options((), False) == []  # storing a version does not serve it
     assert parse_alias_options(("canary, live", "live", "beta"), False) == [
         "canary", "live", "beta"]
     assert parse_alias_options((), True) == []
@@ -74,8 +74,27 @@ def test_collect_files_sends_the_two_adapter_files_or_one_archive(tmp_path: Path
     with pytest.raises(CliError, match="neither an adapter folder nor an archive") as caught:
         collect_files(tmp_path / "README.md")
     assert caught.value.exit_code == 2
+    archive.unlink()
     (tmp_path / "adapter_model.safetensors").unlink()
-    with pytest.raises(CliError, match=r"has no adapter_model\.safetensors"):
+    with pytest.raises(CliError, match=r"adapter_model\.safetensors is missing"):
+        collect_files(tmp_path)
+
+
+def test_a_folder_is_judged_by_the_archive_rules(tmp_path: Path) -> None:
+    """Tokenizer files are dropped as README.md is, anything else is refused, and pickle
+    weights get a hint to re-save them, as the registry does for an archive's members."""
+    for name in ("adapter_config.json", "adapter_model.safetensors",
+                 "tokenizer_config.json", "special_tokens_map.json"):
+        (tmp_path / name).write_text(name)
+    assert [p.filename for p in collect_files(tmp_path)] == [
+        "adapter_config.json", "adapter_model.safetensors"]
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(CliError, match=r"unexpected files notes\.txt") as caught:
+        collect_files(tmp_path)
+    assert (caught.value.code, caught.value.exit_code) == ("unknown_file", 2)
+    (tmp_path / "notes.txt").unlink()
+    (tmp_path / "adapter_model.safetensors").rename(tmp_path / "adapter_model.bin")
+    with pytest.raises(CliError, match=r"save_pretrained\(path, safe_serialization=True\)"):
         collect_files(tmp_path)
 
 
@@ -84,6 +103,8 @@ def test_local_refusals_exit_2_with_the_reason_on_stderr(tmp_path: Path) -> None
     result = runner.invoke(cli, ["--registry", "http://127.0.0.1:9", "adapters", "delete", "x"])
     assert result.exit_code == 2
     assert "add --yes to confirm" in result.stderr and result.stdout == ""
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (tmp_path / name).write_text(name)
     result = runner.invoke(cli, ["push", "x", str(tmp_path), "--alias", "a", "--no-alias"])
     assert result.exit_code == 2
     assert "--no-alias and --alias cannot be used together" in result.stderr
@@ -91,10 +112,11 @@ def test_local_refusals_exit_2_with_the_reason_on_stderr(tmp_path: Path) -> None
 
 def test_event_lines_describe_every_event_type() -> None:
     base = {"seq": 7, "time": "2025-01-02T03:04:05+00:00", "tenant": "acme", "adapter": "bot"}
-    assert event_line({**base, "type": "adapter_updated", "alias": "live",
-                       "previous_version": 2, "version": None, "action": "delete",
-                       "revision": 5}).endswith("adapter_updated  acme/bot  live: 2 -> removed "
-                                                "(delete, revision 5)")
+    updated = event_line({**base, "type": "adapter_updated", "alias": "live",
+                          "previous_version": 2, "version": None, "action": "delete",
+                          "revision": 5})
+    assert " ".join(updated.split()).endswith(
+        "adapter_updated acme/bot live: 2 -> removed (delete, revision 5)")
     assert event_line({**base, "type": "version_published",
                        "target": {"version": 3, "digest": "ab" * 32}}).endswith(
         "version 3 (abababababab)")

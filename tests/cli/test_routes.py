@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 def routable(served: ServedRegistry, name: str, tenant: str, folder: Path) -> None:
     """Adapter ``name`` of ``tenant`` whose ``live`` alias points at version 1."""
     served.run("adapters", "create", name, "--base-model", "tiny-llama", "--tenant", tenant)
-    served.run("push", name, str(make_adapter(folder, seed=len(name))))
+    served.run("push", name, str(make_adapter(folder, seed=len(name))), "--alias", "live")
 
 
 def rules(served: ServedRegistry, *args: str,

@@ -35,7 +35,7 @@ async def test_adapters_versions_and_aliases(served: Served, adapter_dir: Path,
                                                 description="a test bot")
         assert isinstance(created, AdapterOut) and created.latest_version is None
         progress: list[tuple[int, int]] = []
-        first = await registry.push("bot", adapter_dir, notes="first",
+        first = await registry.push("bot", adapter_dir, notes="first", aliases=["live"],
                                     on_progress=lambda sent, total: progress.append((sent, total)))
         assert isinstance(first, UploadResult) and first.created and first.version == 1
         assert [(a.alias, a.version) for a in first.aliases] == [("live", 1)]
@@ -80,7 +80,7 @@ async def test_download_checks_size_and_sha256(served: Served, adapter_dir: Path
                                                tmp_path: Path) -> None:
     async with admin(served) as registry:
         await registry.create_adapter("bot", "tiny-llama", tenant="acme")
-        result = await registry.push("bot", adapter_dir)
+        result = await registry.push("bot", adapter_dir, aliases=["live"])
         weights = next(f for f in result.files if f.name.endswith(".safetensors"))
         counted: list[int] = []
         dest = tmp_path / "weights"
@@ -104,7 +104,7 @@ async def test_download_checks_size_and_sha256(served: Served, adapter_dir: Path
 async def test_routes_tokens_and_events(served: Served, adapter_dir: Path) -> None:
     async with admin(served) as registry:
         await registry.create_adapter("bot", "tiny-llama", tenant="acme")
-        await registry.push("bot", adapter_dir)
+        await registry.push("bot", adapter_dir, aliases=["live"])
         rule = await registry.put_route("customer", "c1", "bot")
         assert (rule.kind, rule.key, rule.adapter, rule.alias) == ("customer", "c1", "bot",
                                                                     "live")
@@ -149,7 +149,7 @@ async def test_routes_tokens_and_events(served: Served, adapter_dir: Path) -> No
 async def test_agents_rollout_and_desired_state(served: Served, adapter_dir: Path) -> None:
     async with admin(served) as registry:
         await registry.create_adapter("bot", "tiny-llama", tenant="acme")
-        await registry.push("bot", adapter_dir)
+        await registry.push("bot", adapter_dir, aliases=["live"])
         agent_token = (await registry.create_token("gpu-1", "agent")).secret
     async with AsyncRegistryClient(served.url, agent_token) as agent:
         desired = await agent.desired("tiny-llama")
@@ -191,7 +191,7 @@ async def test_an_unknown_adapter_is_refused_before_its_bytes_are_sent(
     async with admin(served) as registry:
         registry.http.event_hooks["request"].append(note)
         with pytest.raises(NotFound) as caught:
-            await registry.push("nope", source)
+            await registry.push("nope", source, aliases=["live"])
         assert isinstance(caught.value, RegistryError) and not caught.value.retryable
         assert caught.value.code == "adapter_not_found"
     # A small adapter is refused by the upload itself (the registry checks the caller

@@ -22,7 +22,7 @@ from loraplane.events import AgentStatus
 def publish_promote_history(url: str, token: str, first: Path, second: Path) -> None:
     with RegistryClient(url, token) as registry:
         registry.create_adapter("bot", "tiny-llama", tenant="acme")
-        assert registry.push("bot", first).version == 1
+        assert registry.push("bot", first, aliases=["live"]).version == 1
         assert registry.push("bot", second, aliases=["canary"], notes="v2").version == 2
         assert registry.move_alias("bot", "live", 2).revision == 2
         with pytest.raises(Conflict):

@@ -71,7 +71,7 @@ async def test_a_cli_push_reaches_the_agent_which_serves_the_new_version(
     adapters = host_agent.model_dir / "adapters"
     async with OpenAIClient(host_agent.agent.url, token=host_agent.inference_token) as client:
         for version, folder in ((1, adapters / "a1"), (2, adapters / "a2")):
-            result = cli(stack, "push", "followed", str(folder))
+            result = cli(stack, "push", "followed", str(folder), "--alias", "live")
             assert result.returncode == 0, result.stderr
             answer = await served_by(client, "followed", f"followed@{version}", timeout_s=180)
             assert answer.ok and answer.text, answer

@@ -76,7 +76,7 @@ def cli_push(compose: Compose, folder: Path) -> None:
     """``loraplane adapters create`` and ``push`` from the host, through the published port."""
     env = clean_env({"LORAPLANE_REGISTRY": compose.registry_url, "LORAPLANE_TOKEN": TOKEN})
     for args in (["adapters", "create", "composed", "--base-model", "tiny-llama",
-                  "--tenant", "acme"], ["push", "composed", str(folder)]):
+                  "--tenant", "acme"], ["push", "composed", str(folder), "--alias", "live"]):
         result = subprocess.run([*loraplane_command(), *args], env=env, capture_output=True,
                                 text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stderr

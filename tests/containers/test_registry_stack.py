@@ -67,7 +67,7 @@ async def test_a_cli_push_reaches_nats_and_downloads_through_the_public_s3_addre
         stack: ContainerStack, tmp_path: Path) -> None:
     await create_adapter(stack, "cli-push")
     folder = make_adapter(tmp_path / "a", seed=1)
-    result = cli(stack, "push", "cli-push", str(folder))
+    result = cli(stack, "push", "cli-push", str(folder), "--alias", "live")
     assert result.returncode == 0, result.stderr
 
     events = await eventually(lambda: some_published(stack, "cli-push"), timeout_s=60,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +83,11 @@ async def served_by(client: OpenAIClient, model: str, version_name: str, *,
                             what=f"{model} served by {version_name} at {client.base_url}")
 
 
-async def publish(api: AsyncRegistryClient, name: str, folder: Path, **kwargs: Any) -> int:
-    """Push ``folder`` as a new version of ``name`` (made if needed); its number."""
-    pushed = await api.push(name, folder, **kwargs)
+async def publish(api: AsyncRegistryClient, name: str, folder: Path, *,
+                  aliases: Sequence[str] = ("live",), **kwargs: Any) -> int:
+    """Push ``folder`` as a new version of ``name`` (made if needed), moving ``aliases``
+    (``live`` unless told); its number."""
+    pushed = await api.push(name, folder, aliases=aliases, **kwargs)
     assert pushed.created, pushed
     return pushed.version
 

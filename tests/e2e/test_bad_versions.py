@@ -46,7 +46,10 @@ async def push_bad(testbed: Testbed, api: AsyncRegistryClient, name: str, case: 
                    tmp_path: Path) -> int:
     """Push the bad version of ``case`` and point ``live`` at it; its number."""
     if case != "corrupt-blob":
-        return await publish(api, name, testbed.adapter_dir(case))
+        # The registry refuses another base model's shapes unless told; told, the agent
+        # must still refuse them.
+        return await publish(api, name, testbed.adapter_dir(case),
+                             allow_shape_change=case == "other-base")
     folder = private_copy(testbed.adapter_dir("a3"), tmp_path / "corrupt", name)
     # Pushed without moving an alias, altered in S3, and only then made live: no agent
     # can have fetched the good bytes first.

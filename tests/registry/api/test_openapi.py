@@ -11,6 +11,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from loraplane.api.events import EventPage
+from loraplane.events import AUDIT_ADAPTER, DesiredState
 from loraplane.lora.errors import AdapterInvalid
 from registry_service import errors
 from registry_service.api.openapi import ERROR_STATUSES, error_responses, install_openapi
@@ -106,7 +108,7 @@ async def test_upload_documents_its_multipart_body(app: FastAPI) -> None:
     body = op["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert body["required"] == ["files"]
     assert body["properties"]["files"]["items"]["format"] == "binary"
-    assert set(body["properties"]) == {"files", "aliases", "notes"}
+    assert set(body["properties"]) == {"files", "aliases", "notes", "allow_shape_change"}
 
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
@@ -140,3 +142,87 @@ async def test_method_not_allowed_lists_every_method_of_the_path(
     assert response.status_code == 405
     assert response.headers["allow"] == allowed
     assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def _public_operations(app: FastAPI) -> list[tuple[str, str, dict[str, Any]]]:
+    return list(_operations(app.openapi()))
+
+
+def test_every_operation_has_a_summary_and_a_description(app: FastAPI) -> None:
+    operations = _public_operations(app)
+    assert len(operations) >= 30
+    for path, method, op in operations:
+        # FastAPI's own summary is the function's name in title case: it says nothing.
+        generated = op["operationId"].split(f"_{path.strip('/').split('/')[0]}", 1)[0]
+        assert op.get("summary"), (method, path)
+        assert op["summary"] != generated.replace("_", " ").title(), (method, path)
+        assert len(op.get("description", "")) >= 40, (method, path, op.get("description"))
+
+
+def test_internal_routes_stay_out_of_the_description(app: FastAPI) -> None:
+    paths = set(app.openapi()["paths"])
+    internal = ("/ui", "/static", "/docs", "/redoc", "/dashboard")
+    assert not [p for p in paths if p == "/" or p.startswith(internal)], paths
+    assert all(p.startswith(("/v1/", "/healthz", "/readyz", "/metrics")) for p in paths), paths
+
+
+def _resolve(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = components[schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _free_form(schema: dict[str, Any], components: dict[str, Any], depth: int = 0) -> bool:
+    """Whether ``schema`` holds a map of free keys, which docs pages show as property1."""
+    schema = _resolve(schema, components)
+    if depth > 8:
+        return False
+    if "additionalProperties" in schema and not schema.get("properties"):
+        return True
+    children = [*schema.get("properties", {}).values(), *schema.get("anyOf", ()),
+                *schema.get("allOf", ()), *([schema["items"]] if "items" in schema else [])]
+    return any(_free_form(child, components, depth + 1) for child in children)
+
+
+def test_no_answer_leaves_its_example_to_the_docs_pages(app: FastAPI) -> None:
+    schema = app.openapi()
+    components = schema["components"]["schemas"]
+    assert "property1" not in str(schema) and "additionalProp1" not in str(schema)
+    for path, method, op in _operations(schema):
+        for status, response in op["responses"].items():
+            body = response.get("content", {}).get("application/json")
+            if int(status) >= 400 or body is None or not _free_form(body["schema"], components):
+                continue
+            top = _resolve(body["schema"], components)
+            assert "example" in body or "examples" in top, (method, path, status)
+
+
+def test_the_examples_are_answers_the_models_accept(app: FastAPI) -> None:
+    from registry_service.api.examples import DESIRED_STATE, EVENT_PAGE
+    from registry_service.api.health import Health, Readiness
+
+    schema = app.openapi()
+    components = schema["components"]["schemas"]
+    Health.model_validate(components["Health"]["examples"][0])
+    for example in components["Readiness"]["examples"]:
+        Readiness.model_validate(example)
+    EventPage.model_validate(EVENT_PAGE)
+    for event in EVENT_PAGE["events"]:
+        AUDIT_ADAPTER.validate_python(event)
+    DesiredState.model_validate(DESIRED_STATE)
+    assert schema["paths"]["/v1/desired"]["get"]["responses"]["200"]["content"][
+        "application/json"]["example"] == DESIRED_STATE
+
+
+async def test_docs_assets_name_no_other_host(client: httpx.AsyncClient) -> None:
+    redoc = await client.get("/static-offline-docs/redoc.standalone.js")
+    assert redoc.status_code == 200
+    assert b"cdn.redoc.ly" not in redoc.content  # its footer's logo came from there
+    logo = await client.get("/static-offline-docs/logo.svg")
+    assert logo.status_code == 200
+    assert logo.headers["content-type"] == "image/svg+xml"
+    swagger = await client.get("/docs")
+    assert '"validatorUrl": null' in swagger.text  # else a badge from validator.swagger.io
+    for page in ("/docs", "/redoc"):
+        policy = (await client.get(page)).headers["content-security-policy"]
+        assert "default-src 'self'" in policy and "http" not in policy, policy

@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 CHROMIUM = Path("/usr/bin/chromium")
-# CI keeps this folder's screenshots (see README, "The web page").
+# CI keeps this folder's screenshots (see docs/testing.md).
 SCREENSHOTS = Path(os.environ.get("LORAPLANE_SCREENSHOTS",
                                   Path(__file__).parents[3] / "artifacts" / "screenshots"))
 # Generous: a loaded CI machine; every wait ends as soon as its condition holds.
@@ -42,3 +42,18 @@ async def screenshot(page: Page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"  # Playwright makes the folders
     await page.screenshot(path=str(path), full_page=True)
     return path
+
+
+async def sign_in(page: Page, url: str, headers: dict[str, str], path: str = "/ui") -> None:
+    """Open ``path`` (a deep link, say) and sign in with the token of ``headers``."""
+    await page.goto(f"{url}{path}")
+    token = headers["Authorization"].removeprefix("Bearer ")
+    await page.get_by_test_id("token-input").fill(token)
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.get_by_test_id("whoami")).to_be_visible()
+
+
+async def scroll_width(page: Page) -> int:
+    """How wide the page is laid out: wider than the viewport means it scrolls sideways."""
+    width: int = await page.evaluate("document.documentElement.scrollWidth")
+    return width

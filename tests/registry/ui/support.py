@@ -16,8 +16,9 @@ __all__ = ["OTHER", "OWN", "promote", "push", "report_serving", "rollback", "sce
 
 async def push(registry: RegistryHarness, name: str, folder: Path, seed: int, *,
                aliases: str | None = None, notes: str | None = None,
-               headers: dict[str, str] | None = None) -> dict[str, Any]:
-    response = await upload_dir(registry, name, make_adapter(folder, seed=seed),
+               headers: dict[str, str] | None = None, **shape: Any) -> dict[str, Any]:
+    """Upload a made adapter; ``shape`` goes to ``make_adapter`` (rank, targets...)."""
+    response = await upload_dir(registry, name, make_adapter(folder, seed=seed, **shape),
                                 aliases=aliases, notes=notes, headers=headers)
     assert response.status_code == 201, response.text
     result: dict[str, Any] = response.json()

@@ -3,28 +3,17 @@ registry changes through its API (no reload), with screenshots of the main views
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from playwright.async_api import Page, expect
 
-from devharness.http_registry import Served, serve_http
+from devharness.http_registry import Served
 from devharness.registry import RegistryHarness
-from devharness.services import NatsService, PostgresDatabase, SeaweedS3
 from tests.registry.agents.support import served
 from tests.registry.ui.browser import chromium, screenshot
 from tests.registry.ui.support import OTHER, OWN, promote, push, report_serving, rollback
 
 PROBE = "window.__probe"
-
-
-@pytest.fixture
-async def http_registry(tmp_path: Path, nats: NatsService, postgres: PostgresDatabase,
-                        seaweed: SeaweedS3) -> AsyncIterator[Served]:
-    async with serve_http("postgres_s3", tmp_path / "data", nats, postgres,
-                          seaweed) as server:
-        yield server
 
 
 async def _scene(registry: RegistryHarness, tmp_path: Path) -> None:

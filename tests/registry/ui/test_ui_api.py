@@ -24,6 +24,7 @@ from tests.registry.ui.support import (
 )
 
 ENDPOINTS = ("/ui/api/session", "/ui/api/fleet", "/ui/api/adapters/bot/timeline",
+             "/ui/api/adapters/bot/versions/1", "/ui/api/adapters/bot/diff?base=1&head=1",
              "/ui/api/stream")
 
 
@@ -43,9 +44,13 @@ async def test_session_says_who_the_token_is(registry: RegistryHarness) -> None:
     reader = await registry.token("reader", OWN)
     response = await registry.client.get("/ui/api/session", headers=reader)
     assert response.status_code == 200, response.text
-    assert response.json() == {"name": f"reader-{OWN}", "role": "reader", "tenant": OWN}
+    assert response.json() == {"name": f"reader-{OWN}", "role": "reader", "tenant": OWN,
+                               "can_move_aliases": False}
     admin = await registry.client.get("/ui/api/session", headers=registry.admin_headers)
-    assert admin.json()["tenant"] is None
+    assert (admin.json()["tenant"], admin.json()["can_move_aliases"]) == (None, True)
+    publisher = await registry.token("publisher", OWN)
+    response = await registry.client.get("/ui/api/session", headers=publisher)
+    assert response.json()["can_move_aliases"] is True
 
 
 async def test_timeline_has_uploads_and_every_move(registry: RegistryHarness,
