@@ -26,9 +26,11 @@ def adapter_parts(folder: Path) -> list[tuple[str, tuple[str, bytes]]]:
 
 async def upload(
     harness: RegistryHarness, name: str, parts: list[tuple[str, tuple[str, bytes]]], *,
-    aliases: str | None = None, notes: str | None = None,
+    aliases: str | None = "live", notes: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> httpx.Response:
+    """A raw multipart upload; ``aliases=None`` leaves the field out (the registry then
+    moves none), the default moves ``live`` as most tests want."""
     data: dict[str, str] = {}
     if aliases is not None:
         data["aliases"] = aliases

@@ -113,8 +113,14 @@ class VllmWatch:
 
     async def run(self) -> None:
         while True:
-            response = await self.http.get("/v1/models")
-            response.raise_for_status()
+            try:
+                response = await self.http.get("/v1/models")
+                response.raise_for_status()
+            except httpx.HTTPError:
+                # One slow answer on a loaded machine must not end the watch (it did, and
+                # the demo missed the unload it is there to see): poll again.
+                await asyncio.sleep(POLL_INTERVAL_S)
+                continue
             now, names = time.monotonic(), {m["id"] for m in response.json()["data"]}
             for name in names - self._present:
                 self.appeared.setdefault(name, now)

@@ -31,8 +31,8 @@ _UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-da
             },
             "aliases": {"type": "string",
                         "description": "comma-separated aliases to move to the new version; "
-                                       "absent: live, empty: none (loraplane push sends "
-                                       "it, empty unless --alias)"},
+                                       "absent or empty: none (storing a version does "
+                                       "not serve it)"},
             "notes": {"type": "string", "description": "free text kept with the version"},
             "allow_shape_change": {
                 "type": "boolean", "default": False,

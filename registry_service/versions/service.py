@@ -15,7 +15,6 @@ from loraplane.api.bounds import INT32_MAX, parse_bounded
 from loraplane.events import VersionPublished
 from loraplane.lora.errors import AdapterInvalid
 from loraplane.lora.shape_change import ShapeChange
-from loraplane.naming import DEFAULT_ALIAS
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
 from registry_service.aliases.schemas import AliasState
@@ -53,7 +52,7 @@ log = logging.getLogger(__name__)
 
 def parse_aliases(raw: str | None) -> list[str]:
     if raw is None:
-        return [DEFAULT_ALIAS]
+        return []
     aliases = [a.strip() for a in raw.split(",") if a.strip()]
     for alias in aliases:
         check_alias_name(alias)

@@ -60,7 +60,8 @@ async def upload(stack: ContainerStack, name: str, folder: Path,
                  timeout_s: float = 120) -> httpx.Response:
     async with httpx.AsyncClient(base_url=stack.registry_url, headers=HEADERS,
                                  timeout=timeout_s) as client:
-        return await client.post(f"/v1/adapters/{name}/versions", files=adapter_parts(folder))
+        return await client.post(f"/v1/adapters/{name}/versions", files=adapter_parts(folder),
+                                 data={"aliases": "live"})
 
 
 async def test_a_cli_push_reaches_nats_and_downloads_through_the_public_s3_address(

@@ -43,7 +43,7 @@ async def test_two_replicas_publish_each_outbox_row_exactly_once(
         async with httpx.AsyncClient(base_url=urls[number % 2], headers=HEADERS,
                                      timeout=120) as client:
             response = await client.post("/v1/adapters/replicated/versions",
-                                         files=adapter_parts(folder))
+                                         files=adapter_parts(folder), data={"aliases": "live"})
         assert response.status_code == 201, response.text
 
     await asyncio.gather(*(push(n) for n in range(VERSIONS)))

@@ -15,7 +15,7 @@ __all__ = ["OTHER", "OWN", "promote", "push", "report_serving", "rollback", "sce
 
 
 async def push(registry: RegistryHarness, name: str, folder: Path, seed: int, *,
-               aliases: str | None = None, notes: str | None = None,
+               aliases: str | None = "live", notes: str | None = None,
                headers: dict[str, str] | None = None, **shape: Any) -> dict[str, Any]:
     """Upload a made adapter; ``shape`` goes to ``make_adapter`` (rank, targets...)."""
     response = await upload_dir(registry, name, make_adapter(folder, seed=seed, **shape),

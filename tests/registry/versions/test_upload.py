@@ -43,6 +43,22 @@ async def test_push_creates_version_moves_live_and_records_events(
     assert {f["name"] for f in updated["files"]} == set(expected)
 
 
+async def test_an_upload_without_aliases_stores_and_serves_nothing(
+    registry: RegistryHarness, tmp_path: Path
+) -> None:
+    """Storing is not serving: no ``aliases`` field (as an empty one) moves no alias."""
+    await registry.create_adapter("bot")
+    for seed, aliases in ((1, None), (2, "")):
+        folder = make_adapter(tmp_path / f"a{seed}", seed=seed)
+        response = await upload_dir(registry, "bot", folder, aliases=aliases)
+        assert response.status_code == 201, response.text
+        assert response.json()["aliases"] == []
+    shown = (await registry.client.get("/v1/adapters/bot", headers=registry.admin_headers))
+    assert shown.json()["aliases"] == []
+    events = (await registry.client.get("/v1/events", headers=registry.admin_headers)).json()
+    assert "adapter_updated" not in [e["type"] for e in events["events"]]
+
+
 async def test_identical_reupload_is_idempotent(registry: RegistryHarness,
                                                 tmp_path: Path) -> None:
     await registry.create_adapter("bot")
