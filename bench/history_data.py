@@ -12,17 +12,25 @@ order, so ``alias_moves`` ids follow time:
 
 At 1,000,000 versions that is about 1,050,000 moves: 100,000 on ``bench-hot/latest``,
 about 10,500 on ``bench-hot/live`` and 18 on a typical adapter's ``live``.
+
+Each version names two files whose digests follow from its id (``file_digests``), and
+``version_blobs`` gets a row for each, as an upload writes them. ``write_blob_store``
+lays out a local blob store (``registry_service/blobs/local.py``'s layout) holding an
+empty file for every digest the versions name, plus unreferenced "orphan" blobs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import secrets
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -38,6 +46,7 @@ VERSION_COLUMNS = ("id", "adapter_id", "number", "digest", "files", "total_size"
                    "alpha", "target_modules", "uploader", "notes", "created_at")
 MOVE_COLUMNS = ("id", "alias_id", "revision", "action", "from_version_id", "to_version_id",
                 "actor", "created_at")
+BLOB_COLUMNS = ("version_id", "sha256")
 TARGETS_JSON = json.dumps(["q_proj", "k_proj", "v_proj", "o_proj"])
 # (alias, every nth version of the hot adapter / of the others; 0: never)
 PROMOTIONS = (("live", 10, 50), ("canary", 4, 0))
@@ -59,6 +68,7 @@ class AliasState:
 class Batch:
     versions: list[tuple[Any, ...]]
     moves: list[tuple[Any, ...]]
+    blobs: list[tuple[int, str]] = field(default_factory=list)
 
 
 class History:
@@ -133,8 +143,10 @@ class History:
             number = counters.get(adapter_id, 0) + 1
             counters[adapter_id] = number
             at = START + timedelta(seconds=30 * i)
+            digests = file_digests(i)
+            batch.blobs.extend((i, sha) for sha in digests)
             batch.versions.append((i, adapter_id, number, secrets.token_hex(32),
-                                   _files_json(i), 33_555_244 + i % 4096, 16, 32.0,
+                                   _files_json(i, digests), 33_555_244 + i % 4096, 16, 32.0,
                                    TARGETS_JSON, "ci-publisher", f"nightly fine-tune {number}",
                                    at))
             batch.moves.extend(self._moves_for(adapter_id, number, i, at))
@@ -148,12 +160,73 @@ class History:
         return self.aliases[(self.names.index(adapter) + 1, alias)].revision
 
 
-def _files_json(i: int) -> str:
+def file_digests(version_id: int) -> tuple[str, str]:
+    """The sha256s of a version's config and weights: fixed by its id, so the store
+    can be laid out apart from the database load."""
+    return (hashlib.sha256(b"config %d" % version_id).hexdigest(),
+            hashlib.sha256(b"weights %d" % version_id).hexdigest())
+
+
+def orphan_digest(n: int) -> str:
+    return hashlib.sha256(b"orphan %d" % n).hexdigest()
+
+
+def _files_json(i: int, digests: tuple[str, str]) -> str:
     return json.dumps([
-        {"name": "adapter_config.json", "size": 812, "sha256": secrets.token_hex(32)},
+        {"name": "adapter_config.json", "size": 812, "sha256": digests[0]},
         {"name": "adapter_model.safetensors", "size": 33_554_432 + i % 4096,
-         "sha256": secrets.token_hex(32)},
+         "sha256": digests[1]},
     ])
+
+
+def referenced_digests(versions: int) -> Iterator[str]:
+    for version_id in range(1, versions + 1):
+        yield from file_digests(version_id)
+
+
+def _touch_blobs(root: Path, digests: Iterable[str], mtime: float) -> int:
+    # Plain os calls and str paths: two million files in a minute or two, not ten.
+    base = os.path.join(root, "sha256")
+    made: set[str] = set()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    count = 0
+    for sha in digests:
+        folder = f"{base}/{sha[0:2]}/{sha[2:4]}"
+        if folder not in made:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            made.add(folder)
+        fd = os.open(f"{folder}/{sha}", flags, 0o600)
+        try:
+            os.utime(fd, (mtime, mtime))
+        finally:
+            os.close(fd)
+        count += 1
+    return count
+
+
+def write_blob_store(root: Path, versions: int, orphans: int, *,
+                     age_s: float = 7 * 86400) -> tuple[int, int]:
+    """A local blob store under ``root`` (the registry's ``<data_dir>/blobs``): an empty
+    file for each digest the first ``versions`` versions name, and ``orphans`` files no
+    version names, all written ``age_s`` ago (older than any grace). The collector never
+    reads a blob's bytes. Returns (referenced, orphan) file counts."""
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    mtime = datetime.now(UTC).timestamp() - age_s
+    referenced = _touch_blobs(root, referenced_digests(versions), mtime)
+    return referenced, _touch_blobs(root, (orphan_digest(n) for n in range(orphans)), mtime)
+
+
+def store_census(root: Path, versions: int, orphans: int) -> dict[str, int]:
+    """What the store holds now: how many of the versions' digests, how many of the
+    orphans, and how many files besides (temporary files, strays)."""
+    present: set[str] = set()
+    for shard in os.scandir(os.path.join(root, "sha256")):
+        for sub in os.scandir(shard.path):
+            present.update(os.listdir(sub.path))
+    referenced = sum(1 for sha in referenced_digests(versions) if sha in present)
+    orphaned = sum(1 for n in range(orphans) if orphan_digest(n) in present)
+    return {"referenced_present": referenced, "referenced_missing": 2 * versions - referenced,
+            "orphans_present": orphaned, "other_files": len(present) - referenced - orphaned}
 
 
 def _progress(done: int, total: int) -> None:
@@ -182,6 +255,8 @@ async def load_postgres(url: str, history: History) -> None:
                                                  columns=list(VERSION_COLUMNS))
                 await conn.copy_records_to_table("alias_moves", records=batch.moves,
                                                  columns=list(MOVE_COLUMNS))
+                await conn.copy_records_to_table("version_blobs", records=batch.blobs,
+                                                 columns=list(BLOB_COLUMNS))
                 done += len(batch.versions)
                 _progress(done, history.versions)
             await conn.executemany(
@@ -191,7 +266,7 @@ async def load_postgres(url: str, history: History) -> None:
                 await conn.execute(
                     f"SELECT setval(pg_get_serial_sequence('{table_name}', 'id'), "
                     f"(SELECT max(id) FROM {table_name}))")
-        for table_name in ("versions", "adapters", "aliases", "alias_moves"):
+        for table_name in ("versions", "adapters", "aliases", "alias_moves", "version_blobs"):
             await conn.execute(f"VACUUM (ANALYZE) {table_name}")
     finally:
         await conn.close()
@@ -229,6 +304,7 @@ def load_sqlite(path: str, history: History) -> None:
         for batch in history.batches():
             _sqlite_insert(db, "versions", VERSION_COLUMNS, batch.versions)
             _sqlite_insert(db, "alias_moves", MOVE_COLUMNS, batch.moves)
+            _sqlite_insert(db, "version_blobs", BLOB_COLUMNS, batch.blobs)
             done += len(batch.versions)
             _progress(done, history.versions)
         db.executemany("UPDATE aliases SET version_id = ?, revision = ? WHERE id = ?",
@@ -238,3 +314,15 @@ def load_sqlite(path: str, history: History) -> None:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         db.close()
+
+
+async def migrate_fresh(async_url: str) -> None:
+    """Bring the empty database at ``async_url`` to the registry's newest schema."""
+    from registry_service.db import migrate  # noqa: PLC0415
+    from registry_service.db.engine import Database  # noqa: PLC0415
+
+    db = Database(async_url)
+    try:
+        await migrate.upgrade(db)
+    finally:
+        await db.close()

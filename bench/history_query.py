@@ -1,30 +1,32 @@
-"""p50/p99 of the version-history query with 1,000,000 versions in Postgres.
+"""p50/p99/max of the version-history query with 1,000,000 versions in Postgres, while
+the registry's background work runs as in production.
 
 A fresh database is created on the machine's Postgres (``$LORAPLANE_TEST_DATABASE_URL``,
 default ``postgresql://postgres@127.0.0.1:5432/postgres``), migrated with the
-registry's own migrations, and filled with ``COPY`` (asyncpg
-``copy_records_to_table``): ``--versions`` rows over ``--adapters`` adapters, one hot
-adapter holding 10% of them (100,000 of 1,000,000), the rest spread evenly. Rows are
-written in upload order, the hot adapter's versions interleaved with everyone else's,
-as they would be after years of uploads (so a page of 50 is 50 different heap pages).
-The alias moves those uploads and promotions imply are written too
-(``bench/history_data.py``; ``bench/history_load.py`` times their history).
+registry's own migrations, and filled with ``COPY`` (``bench/history_data.py``):
+``--versions`` rows over ``--adapters`` adapters, one hot adapter holding 10% of them,
+written in upload order, with the alias moves and ``version_blobs`` rows those uploads
+imply. A local blob store holds a file for every digest the versions name, plus
+``--orphans`` unreferenced old ones.
 
 Then, for the hot adapter's first page, a page in the middle of its history and one
 near its end (and a typical adapter's first page), each ``--samples`` times:
 
 - ``api``: ``GET /v1/adapters/{name}/versions?limit=50[&cursor=N]`` on a real
-  registry process (``loraplane registry serve`` on this database), one keep-alive
-  connection, end to end (auth, adapter lookup, keyset query, JSON);
+  registry process (``loraplane registry serve`` on this database and that store), one
+  keep-alive connection, end to end. Meanwhile the blob collector runs a pass every
+  ``--gc-interval`` s (the window opens once one is running; the share of the window a
+  pass ran is sampled from ``/metrics``), and ``--agents`` agents report their status
+  every ``--report-interval`` s. The registry's event-loop lag histogram is read over the
+  same window (two scrapes);
 - ``service``: ``registry_service.versions.service.list_versions`` called directly
-  in a session of the registry's own ``Database`` (adapter lookup + keyset query +
-  ORM + models);
+  in a session of the registry's own ``Database``, before the registry starts;
 - ``sql``: the keyset statement the service sends, captured from SQLAlchemy, run
-  alone through asyncpg;
-- ``sql offset`` (for contrast, in the middle only): the same page by ``OFFSET``.
+  alone through asyncpg; ``sql offset`` (in the middle only): the same page by ``OFFSET``.
 
-``EXPLAIN (ANALYZE, BUFFERS)`` of the captured keyset statement shows which index
-it uses. The database is dropped at the end, whatever happens.
+Goals (issue 41): API p99 < 10 ms and loop-lag p99 < 5 ms. ``EXPLAIN (ANALYZE,
+BUFFERS)`` of the keyset statement shows which index it uses. The database and the
+store are removed at the end, whatever happens.
 
     .venv/bin/python -m bench.history_query --versions 1000000 --samples 500
 """
@@ -36,231 +38,111 @@ import asyncio
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 
+from bench.background import (
+    GC_RUNNING,
+    LOOP_LAG,
+    AgentFleet,
+    GcWatch,
+    agent_tokens,
+    loop_stalls,
+    wait_for_pass,
+)
 from bench.common import (
     busy_share,
     cpu_counters,
     git_commit,
     machine_summary,
-    percentile,
     running_registry,
     table,
 )
-from bench.history_data import HOT, TENANT, TYPICAL, History, load_postgres
+from bench.history_data import HOT, migrate_fresh, write_blob_store
+from bench.history_layers import (
+    INDEX,
+    PAGE,
+    WARMUP,
+    Dataset,
+    Result,
+    load,
+    measure_service,
+    positions,
+    timed_result,
+    uses_index,
+)
 
 ADMIN_TOKEN = "lp_bench-history-admin-token-0123456789"
-PAGE = 50
-WARMUP = 20
-INDEX = "uq_versions_adapter_id_number"
+
+# --- the API, under the background work -----------------------------------------------------
 
 
-# --- data ----------------------------------------------------------------------------------
+def _gets(client: httpx.Client, specs: list[tuple[str, str, int | None]]
+          ) -> list[Callable[[], None]]:
+    gets: list[Callable[[], None]] = []
+    for _label, adapter, cursor in specs:
+        params: dict[str, str | int] = {"limit": PAGE}
+        if cursor is not None:
+            params["cursor"] = cursor
+        url = f"/v1/adapters/{adapter}/versions"
 
+        def get(url: str = url, params: dict[str, str | int] = params) -> None:
+            response = client.get(url, params=params)
+            response.raise_for_status()
+            if len(response.json()["versions"]) != PAGE:
+                raise RuntimeError(f"{url}: short page")
 
-@dataclass
-class Dataset:
-    versions: int
-    adapters: int
-    hot_versions: int
-    adapter_ids: dict[str, int]
-    seconds: float
-    table_mib: float
-    index_mib: float
-
-
-async def load(url: str, versions: int, adapters: int, seed: int) -> Dataset:
-    """Fill a migrated, empty database (``bench/history_data.py``: versions and the
-    alias moves they imply); every adapter gets at least one version."""
-    t0 = time.perf_counter()
-    history = History(versions, adapters, seed)
-    await load_postgres(url, history)
-    conn = await asyncpg.connect(url)
-    try:
-        table_bytes = await conn.fetchval("SELECT pg_total_relation_size('versions')")
-        index_bytes = await conn.fetchval(f"SELECT pg_relation_size('{INDEX}')")
-    finally:
-        await conn.close()
-    return Dataset(versions, adapters, history.hot_versions,
-                   dict(zip(history.names, history.ids, strict=True)),
-                   time.perf_counter() - t0, table_bytes / 2**20, index_bytes / 2**20)
-
-
-# --- measuring -----------------------------------------------------------------------------
+        gets.append(get)
+    return gets
 
 
 @dataclass
-class Result:
-    layer: str
-    position: str
-    adapter: str
-    cursor: int | None
-    n: int
-    p50_ms: float
-    p99_ms: float
-    mean_ms: float
-    max_ms: float
+class Background:
+    """What ran beside the API's timed calls: the collector, the agents, the loop."""
+
+    window: dict[str, Any]
+    agents: dict[str, Any]
+    # Stalls the registry's watchdog logged (over its whole run, start-up included).
+    stalls: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def loop_lag(self) -> dict[str, Any]:
+        lag: dict[str, Any] = self.window["loop_lag"]
+        return lag
 
 
-def _result(layer: str, position: str, adapter: str, cursor: int | None,
-            times_s: list[float]) -> Result:
-    ms = [t * 1000 for t in times_s]
-    return Result(layer, position, adapter, cursor, len(ms), percentile(ms, 50),
-                  percentile(ms, 99), statistics.fmean(ms), max(ms))
-
-
-async def _round_robin(calls: list[Callable[[], Awaitable[object]]], samples: int,
-                       warmup: int = WARMUP) -> list[list[float]]:
-    """Time each call ``samples`` times, taking turns, so noise from other processes on
-    a shared machine falls on every call alike; seconds per call."""
-    for call in calls:
-        for _ in range(warmup):
-            await call()
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(samples):
-        for call, spent in zip(calls, times, strict=True):
-            t0 = time.perf_counter()
-            await call()
-            spent.append(time.perf_counter() - t0)
-    return times
-
-
-def positions(hot_versions: int) -> list[tuple[str, str, int | None]]:
-    """(label, adapter, cursor): a page starts at the version just below the cursor."""
-    return [
-        ("first page", HOT, None),
-        ("middle", HOT, hot_versions // 2),
-        ("near the end", HOT, min(hot_versions, 2 * PAGE)),
-        ("typical adapter, first page", TYPICAL, None),
-    ]
-
-
-async def measure_service(url: str, data: Dataset, samples: int) -> tuple[
-    list[Result], dict[str, Any]
-]:
-    """Time ``list_versions`` directly and the SQL it sends; EXPLAIN that SQL."""
-    from sqlalchemy import event  # noqa: PLC0415
-
-    from registry_service.auth.roles import Principal, Role  # noqa: PLC0415
-    from registry_service.db.engine import Database  # noqa: PLC0415
-    from registry_service.versions.service import list_versions  # noqa: PLC0415
-
-    principal = Principal(token_id=0, name="bench", role=Role.READER, tenant_id=1,
-                          tenant=TENANT)
-    db = Database(url)
-    captured: list[tuple[str, Any]] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if "FROM versions" in statement:
-            captured.append((statement, parameters))
-
-    plans: dict[str, Any] = {}
-    labels: list[tuple[str, str, str, int | None]] = []
-    calls: list[Callable[[], Awaitable[object]]] = []
-    raw = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        for label, adapter, cursor in positions(data.hot_versions):
-            async def call(adapter: str = adapter, cursor: int | None = cursor) -> None:
-                async with db.session() as session:
-                    page = await list_versions(session, principal, adapter, limit=PAGE,
-                                               cursor=None if cursor is None else str(cursor))
-                if len(page.versions) != PAGE:
-                    raise RuntimeError(f"{adapter} cursor {cursor}: {len(page.versions)} rows")
-
-            # The exact statement and parameters the service sends, to run alone.
-            event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
-            captured.clear()
-            await call()
-            event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
-            statement, params = captured[-1]
-            args = list(params)
-
-            async def sql(statement: str = statement, args: list[Any] = args) -> None:
-                rows = await raw.fetch(statement, *args)
-                if len(rows) != PAGE + 1:
-                    raise RuntimeError(f"keyset query returned {len(rows)} rows")
-
-            labels += [("service", label, adapter, cursor), ("sql", label, adapter, cursor)]
-            calls += [call, sql]
-            plan = await raw.fetch(f"EXPLAIN (ANALYZE, BUFFERS) {statement}", *args)
-            plans[label] = {"statement": statement, "params": [str(a) for a in args],
-                            "plan": [r[0] for r in plan]}
-        times = await _round_robin(calls, samples)
-        results = [_result(*spec, spent) for spec, spent in zip(labels, times, strict=True)]
-        middle = data.hot_versions // 2
-        results.append(await _offset_contrast(raw, data, middle, samples))
-    finally:
-        await raw.close()
-        await db.close()
-    return results, plans
-
-
-async def _offset_contrast(raw: asyncpg.Connection, data: Dataset, cursor: int,
-                           samples: int) -> Result:
-    """The same page by OFFSET: what keyset pagination avoids."""
-    offset = data.hot_versions - cursor + 1
-    statement = ("SELECT * FROM versions WHERE adapter_id = $1 ORDER BY number DESC "
-                 "LIMIT $2 OFFSET $3")
-    hot_id = data.adapter_ids[HOT]
-
-    async def sql() -> None:
-        rows = await raw.fetch(statement, hot_id, PAGE + 1, offset)
-        if rows[0]["number"] != cursor - 1:
-            raise RuntimeError("OFFSET page does not match the keyset page")
-
-    n = max(10, min(samples, 100))
-    [times] = await _round_robin([sql], n, warmup=3)
-    return _result("sql OFFSET (contrast)", "middle", HOT, cursor, times)
-
-
-def measure_api(registry_url: str, data: Dataset, samples: int) -> list[Result]:
+def measure_api(registry_url: str, data: Dataset, samples: int, fleet: AgentFleet,
+                gc_wait_s: float) -> tuple[list[Result], Background]:
+    """Time every page ``samples`` times, taking turns, in a window that opens while a
+    collector pass runs."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    specs = positions(data.hot_versions)
     with httpx.Client(base_url=registry_url, headers=headers, timeout=30) as client:
-        specs = positions(data.hot_versions)
-        gets: list[Callable[[], None]] = []
-        for _label, adapter, cursor in specs:
-            params: dict[str, str | int] = {"limit": PAGE}
-            if cursor is not None:
-                params["cursor"] = cursor
-            url = f"/v1/adapters/{adapter}/versions"
-
-            def get(url: str = url, params: dict[str, str | int] = params) -> None:
-                response = client.get(url, params=params)
-                response.raise_for_status()
-                if len(response.json()["versions"]) != PAGE:
-                    raise RuntimeError(f"{url}: short page")
-
-            gets.append(get)
+        gets = _gets(client, specs)
         for warm in gets:
             for _ in range(WARMUP):
                 warm()
         times: list[list[float]] = [[] for _ in gets]
-        for _ in range(samples):
-            for timed, spent in zip(gets, times, strict=True):
-                t0 = time.perf_counter()
-                timed()
-                spent.append(time.perf_counter() - t0)
-    return [_result("api", label, adapter, cursor, spent)
-            for (label, adapter, cursor), spent in zip(specs, times, strict=True)]
+        with GcWatch(registry_url, wait_for_pass(client, registry_url, gc_wait_s)) as watch:
+            for _ in range(samples):
+                for timed, spent in zip(gets, times, strict=True):
+                    t0 = time.perf_counter()
+                    timed()
+                    spent.append(time.perf_counter() - t0)
+    closed = watch.closed.at if watch.closed else time.monotonic()
+    background = Background(watch.summary(), fleet.summary(watch.opened.at, closed))
+    return [timed_result("api", label, adapter, cursor, spent)
+            for (label, adapter, cursor), spent in zip(specs, times, strict=True)], background
 
 
 # --- main ----------------------------------------------------------------------------------
-
-
-def uses_index(plan: list[str]) -> bool:
-    return any(f"Index Scan Backward using {INDEX}" in line for line in plan) and not any(
-        "Seq Scan" in line or "Sort" in line.split("(")[0] for line in plan)
-
 
 def render(results: list[Result], plans: dict[str, Any], data: Dataset) -> str:
     order = {"api": 0, "service": 1, "sql": 2}
@@ -298,48 +180,114 @@ def ratios(results: list[Result]) -> dict[str, float]:
     return {name: value / keyset for name, value in named.items() if value is not None}
 
 
+def goals(results: list[Result], background: Background) -> dict[str, dict[str, Any]]:
+    """Issue 41's goals under a collector pass: the slowest page's API p99, loop lag p99."""
+    api_p99 = max(r.p99_ms for r in results if r.layer == "api")
+    lag_p99 = background.window["loop_lag"]["p99_ms"]
+    return {"history API p99 (slowest page)": {"ms": round(api_p99, 2), "goal_ms": 10.0,
+                                               "met": api_p99 < 10.0},
+            "event-loop lag p99": {"ms": round(lag_p99, 2), "goal_ms": 5.0,
+                                   "met": lag_p99 < 5.0}}
+
+
+def render_background(background: Background, met: dict[str, dict[str, Any]]) -> str:
+    w, a, lag = background.window, background.agents, background.loop_lag
+    lines = [
+        f"blob collector: a pass running in {w['gc_running_share']:.0%} of the "
+        f"{w['window_s']:.1f} s window ({w['gc_running_samples']} samples of "
+        f"{GC_RUNNING}); {w['gc_passes_ended']} passes ended, {w['gc_blobs_examined']:,} "
+        f"blobs examined, {w['gc_deleted']:,} deleted in it",
+        f"agents: {a['agents']} x {a['adapters_each']} adapters, a report every "
+        f"{a['interval_s']:g} s: {a['reports']} reports in the window, p50/p99/max "
+        f"{_ms(a['p50_ms'])}/{_ms(a['p99_ms'])}/{_ms(a['max_ms'])} ms, {a['errors']} errors",
+        f"event-loop lag ({LOOP_LAG}, {lag['ticks']} ticks in the window): p50 "
+        f"{lag['p50_ms']:.2f} ms, p99 {lag['p99_ms']:.2f} ms (in bucket "
+        f"({_bucket(lag['p99_bucket_ms'])}] ms, interpolated as histogram_quantile does), "
+        f"highest bucket reached ({_bucket(lag['max_bucket_ms'])}] ms"]
+    st = background.stalls
+    lines.append(f"stalls the registry's watchdog logged over its whole run: {st['count']}, "
+                 f"{st['seconds_in_all']:.1f} s in all, the longest {st['longest_s']:.2f} s; "
+                 "most named: " + "; ".join(f"{n}x {place}" for place, n in st["most_named"]))
+    lines += [f"goal {name} < {g['goal_ms']:g} ms: {g['ms']:.2f} ms, "
+              f"{'met' if g['met'] else 'NOT MET'}" for name, g in met.items()]
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _bucket(bounds: list[float]) -> str:
+    return ", ".join(f"{b:g}" for b in bounds)
+
+
+def _registry_env(pg_url: str, nats_url: str, args: argparse.Namespace) -> dict[str, str]:
+    return {"LORAPLANE_DATABASE_URL": pg_url, "LORAPLANE_AUTO_MIGRATE": "false",
+            "LORAPLANE_NATS_URL": nats_url, "LORAPLANE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "LORAPLANE_BLOB_GC_INTERVAL_S": str(args.gc_interval),
+            "LORAPLANE_BLOB_GC_GRACE_S": str(args.gc_grace)}
+
+
+async def _under_background(pg_url: str, work: Path, data: Dataset,
+                            args: argparse.Namespace) -> tuple[list[Result], Background]:
+    from devharness.services import NatsService  # noqa: PLC0415
+
+    nats = NatsService(work)
+    nats.start()
+    try:
+        with running_registry(work / "registry", _registry_env(pg_url, nats.url, args)) as reg:
+            tokens = agent_tokens(reg.url, ADMIN_TOKEN, args.agents)
+            with AgentFleet(reg.url, tokens, args.agent_adapters, args.report_interval) as fleet:
+                results, background = await asyncio.to_thread(
+                    measure_api, reg.url, data, args.samples, fleet, args.gc_wait)
+        background.stalls = loop_stalls(reg.log)
+        return results, background
+    finally:
+        nats.stop()
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from devharness.services import NatsService, PostgresDatabase  # noqa: PLC0415
-    from registry_service.db import migrate  # noqa: PLC0415
-    from registry_service.db.engine import Database  # noqa: PLC0415
+    from devharness.services import PostgresDatabase  # noqa: PLC0415
 
     commit = git_commit()  # before anything runs: what is measured is this
     pg = PostgresDatabase()
     work = Path(tempfile.mkdtemp(prefix="lp-bench-history-"))
     await pg.create()
     try:
-        db = Database(pg.async_url)
-        try:
-            await migrate.upgrade(db)
-        finally:
-            await db.close()
+        await migrate_fresh(pg.async_url)
         print(f"database {pg.name}: migrated; loading {args.versions:,} versions",
               file=sys.stderr)
         data = await load(pg.url, args.versions, args.adapters, args.seed)
+        t0 = time.perf_counter()
+        stored = write_blob_store(work / "registry" / "blobs", args.versions, args.orphans)
+        store_s = time.perf_counter() - t0
+        print(f"blob store: {stored[0]:,} referenced + {stored[1]:,} orphan files in "
+              f"{store_s:.0f} s", file=sys.stderr)
         counters = cpu_counters()
         service_results, plans = await measure_service(pg.async_url, data, args.samples)
-        nats = NatsService(work)
-        nats.start()
-        try:
-            env = {"LORAPLANE_DATABASE_URL": pg.url, "LORAPLANE_AUTO_MIGRATE": "false",
-                   "LORAPLANE_NATS_URL": nats.url, "LORAPLANE_ADMIN_TOKEN": ADMIN_TOKEN}
-            with running_registry(work / "registry", env) as registry:
-                api_results = await asyncio.to_thread(measure_api, registry.url, data,
-                                                      args.samples)
-            busy = busy_share(counters, cpu_counters())
-        finally:
-            nats.stop()
+        api_results, background = await _under_background(pg.url, work, data, args)
+        busy = busy_share(counters, cpu_counters())
     finally:
         await pg.drop()
         shutil.rmtree(work, ignore_errors=True)
     results = api_results + service_results
+    met = goals(results, background)
     print(render(results, plans, data))
+    print(render_background(background, met))
     print(f"commit {commit['commit']}{' (dirty)' if commit['dirty'] else ''}; machine CPU "
           f"busy (all processes) while measuring: {busy:.0%}; load average "
           f"{os.getloadavg()[0]:.2f}")
+    if background.window["gc_running_share"] <= 0:
+        raise RuntimeError("NO COLLECTOR PASS RAN DURING THE MEASUREMENT: not the "
+                           "production conditions this benchmark is for")
     return {"benchmark": "history_query", "commit": commit,
             "cpu_busy_share_while_measuring": round(busy, 2), "ratios": ratios(results),
             "dataset": asdict(data) | {"adapter_ids": None},
+            "blob_store": {"referenced": stored[0], "orphans": stored[1],
+                           "written_s": round(store_s, 1)},
+            "options": {k: getattr(args, k) for k in ("gc_interval", "gc_grace", "agents",
+                                                       "agent_adapters", "report_interval")},
+            "background": asdict(background), "goals": met,
             "page_size": PAGE, "results": [asdict(r) for r in results], "plans": plans,
             "uses_keyset_index": {label: uses_index(p["plan"]) for label, p in plans.items()}}
 
@@ -350,11 +298,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--adapters", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=500, help="timed calls per page")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--orphans", type=int, default=1000,
+                        help="unreferenced old blobs in the store besides the versions' (1000)")
+    parser.add_argument("--gc-interval", type=float, default=1.0,
+                        help="the registry's blob_gc_interval_s: seconds between passes (1)")
+    parser.add_argument("--gc-grace", type=float, default=60.0,
+                        help="the registry's blob_gc_grace_s (60)")
+    parser.add_argument("--gc-wait", type=float, default=600.0,
+                        help="longest wait for a collector pass to start (600 s)")
+    parser.add_argument("--agents", type=int, default=100, help="reporting agents (100)")
+    parser.add_argument("--agent-adapters", type=int, default=100,
+                        help="adapters each agent serves, in its report (100)")
+    parser.add_argument("--report-interval", type=float, default=30.0,
+                        help="seconds between an agent's reports (30, the agents' default)")
     parser.add_argument("--json-out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
-    if args.samples < 1 or args.adapters < 2:
-        parser.error("--samples must be positive, --adapters at least 2 (the hot one and "
-                     "a typical one)")
+    if args.samples < 1 or args.adapters < 2 or args.agents < 1 or args.orphans < 0:
+        parser.error("--samples and --agents must be positive, --adapters at least 2 (the "
+                     "hot one and a typical one), --orphans not negative")
     # Every page timed is a full page: the hot adapter's middle one and a typical
     # adapter's first one.
     hot = args.versions // 10

@@ -30,6 +30,9 @@ _STAGE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30
 # 1 s is the design's load-time alert threshold: a bucket edge there keeps it exact.
 _LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 M = TypeVar("M", bound=MetricWrapperBase)
+# The agent's loop-lag histogram: the agent's monitor (loraplane/loop_lag.py) registers
+# it in ``AgentMetrics.registry`` when the agent is built.
+LOOP_LAG_METRIC = "loraplane_agent_event_loop_lag_seconds"
 
 
 def process_rss_bytes(status: Path = Path("/proc/self/status")) -> int | None:

@@ -4,8 +4,9 @@ Start-up: listen (``/readyz`` answers 503 until ready) → wait for vLLM → pin
 the reconcile workers and queue the watched folders → read the registry's snapshot →
 reconcile every adapter → load pinned and pre-warmed adapters → ready; then follow the
 event stream from the snapshot, resync periodically, report status, watch the local
-folder. One TaskGroup owns every task; one work queue and one reconciler handle every
-key, from the registry and from the watched folder alike. A periodic task that fails
+folder. One TaskGroup owns every task (the loop-lag tick, loraplane/loop_lag.py, from
+before start-up on); one work queue and one reconciler handle every key, from the
+registry and from the watched folder alike. A periodic task that fails
 with an ``OSError`` (no descriptor left, a full disk) is logged and started again
 (``keep_running``) instead of ending the TaskGroup, and with it the agent.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -37,7 +39,7 @@ from inference_agent.control.watchdir import WatchDirSource
 from inference_agent.control.workqueue import Backoff, WorkQueue
 from inference_agent.errors import AgentError, RegistryUnavailable, VllmUnavailable
 from inference_agent.http_server import QuietServer, server_config
-from inference_agent.metrics import AgentMetrics
+from inference_agent.metrics import LOOP_LAG_METRIC, AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.credentials import (
     KEYS_FILE_SOURCE,
@@ -59,6 +61,7 @@ from inference_agent.settings import AgentSettings
 from inference_agent.tasks import cancel_all, keep_running
 from loraplane.event_signing import EventKeys, InvalidKey
 from loraplane.events import CredentialsChanged, DesiredState, Event
+from loraplane.loop_lag import LoopLagMonitor, lag_histogram
 from loraplane.lora import BaseModelShapes, UnsupportedBaseModel
 from loraplane.naming import parse_model_ref
 from loraplane.nats_auth import describe_nats
@@ -114,6 +117,9 @@ class Agent:
         shapes = _shapes(s)
         _prepare_dir(s.cache_dir)
         self.metrics = AgentMetrics(s.metrics_max_adapters)
+        self.loop_lag = LoopLagMonitor(lag_histogram(self.metrics.registry, LOOP_LAG_METRIC),
+                                       interval_s=s.loop_lag_interval_s,
+                                       warn_after_s=s.loop_lag_warn_s)
         self.vllm = VllmClient(s.vllm_url)
         self.registry = (RegistryLink(s.registry, s.token.get_secret_value())
                          if s.registry is not None and s.token is not None else None)
@@ -237,6 +243,7 @@ class Agent:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
+        gc.freeze()  # the modules and parts built so far; start-up's state at ready
         try:
             async with asyncio.TaskGroup() as group:
                 failed = await self._lifecycle(group, sock)
@@ -245,6 +252,7 @@ class Agent:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
             sock.close()
+            gc.unfreeze()  # what this agent froze can be collected again once it ends
             # Closed by _shutdown already, unless something raised before it ran.
             await self._close_clients()
         if failed is not None:
@@ -272,7 +280,9 @@ class Agent:
         """Serve, start, wait for a stop, shut down; returns why start-up failed, if it did."""
         server = QuietServer(server_config(self.app, self.settings))
         served = group.create_task(server.serve(sockets=[sock]), name="http")
-        tasks: list[asyncio.Task[Any]] = []
+        # Watches the loop from before start-up (its work counts too) to the shutdown.
+        tasks: list[asyncio.Task[Any]] = [group.create_task(self.loop_lag.run(),
+                                                            name="loop-lag")]
         failures: list[BaseException] = []
         starting = group.create_task(self._guarded_start(group, tasks, failures),
                                      name="start-up")
@@ -336,6 +346,10 @@ class Agent:
             spawn(lambda: resync_every(s.resync_interval_s, self.reconciler.notify),
                   "resync")
         self.ready.set()
+        # What start-up built (modules, routes, clients) lives as long as the agent: kept
+        # out of the collector's full passes, which scan every object with the GIL held
+        # and so stall the loop for tens of ms at hundreds of adapters. ``run`` undoes it.
+        gc.freeze()
         log.info("agent %s ready: %d adapters routed, %d versions loaded", s.agent_id,
                  len(self.routes.adapters()), len(self.cache.loaded_names()))
 

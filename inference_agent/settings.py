@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from loraplane.event_signing import EventKeys, InvalidKey
 from loraplane.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
+from loraplane.loop_lag import DEFAULT_INTERVAL_S, DEFAULT_WARN_AFTER_S, check_loop_lag
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.naming import is_slug
 from loraplane.nats_auth import NatsSettings
@@ -108,6 +109,10 @@ class AgentSettings(BaseSettings, NatsSettings):
     # (loraplane/metric_labels.py), so thousands of adapters cannot flood Prometheus.
     metrics_max_adapters: int = Field(default=DEFAULT_MAX_ADAPTER_LABELS, ge=0, le=100_000)
     log_level: LogLevel = "info"
+    # The event loop's lag is measured by a tick every loop_lag_interval_s; a tick
+    # loop_lag_warn_s overdue logs who holds the loop (loraplane/loop_lag.py).
+    loop_lag_interval_s: float = Field(default=DEFAULT_INTERVAL_S, gt=0, le=60)
+    loop_lag_warn_s: float = Field(default=DEFAULT_WARN_AFTER_S, gt=0, le=600)
 
     @field_validator("registry", "vllm_url", "nats_url")
     @classmethod
@@ -179,6 +184,11 @@ class AgentSettings(BaseSettings, NatsSettings):
         if not secret or any(c.isspace() for c in secret):
             raise ValueError(f"--token-file {self.token_file} must hold one token on one line")
         self.token = SecretStr(secret)
+        return self
+
+    @model_validator(mode="after")
+    def _loop_lag(self) -> AgentSettings:
+        check_loop_lag(self.loop_lag_interval_s, self.loop_lag_warn_s)
         return self
 
     @model_validator(mode="after")

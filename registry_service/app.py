@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -9,6 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from loraplane import __version__
+from loraplane.loop_lag import LoopLagMonitor, lag_histogram
 from loraplane.nats_auth import describe_nats
 from registry_service.adapters.routes import retired_names
 from registry_service.adapters.routes import router as adapters_router
@@ -45,6 +47,7 @@ from registry_service.ui.routes import install_ui
 from registry_service.versions.routes import router as versions_router
 
 log = logging.getLogger(__name__)
+LOOP_LAG_METRIC = "loraplane_registry_event_loop_lag_seconds"
 TITLE = "loraplane registry"
 DESCRIPTION = (
     "The registry of LoRA adapters served by vLLM: adapters and their immutable versions, "
@@ -57,6 +60,8 @@ DESCRIPTION = (
 @asynccontextmanager
 async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
+        # First in, last out: start-up and shutdown work on the loop is measured too.
+        await stack.enter_async_context(app.state.loop_lag.running())
         prepare_data_dir(settings)
         nats = await start_embedded_nats(settings)
         if nats is not None:
@@ -65,7 +70,7 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         stack.push_async_callback(db.close)
         blobs = build_blobs(settings)
         stack.push_async_callback(blobs.close)
-        collector = BlobCollector(db, blobs, settings)
+        collector = BlobCollector(db, blobs, settings, app.state.metrics)
         await collector.start()
         stack.push_async_callback(collector.stop)
         metrics: RegistryMetrics = app.state.metrics
@@ -94,6 +99,11 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
                                         file_linker=linker)
         log.info("registry ready (database %s, blobs %s, nats %s)",
                  db.engine.dialect.name, settings.blob_kind, describe_nats(nats_url, security))
+        # What start-up built lives as long as the registry: kept out of the cyclic
+        # collector's full passes, which walk every object with the GIL held and so hold
+        # the loop (docs/operations.md, "The event loop is held").
+        gc.freeze()
+        stack.callback(gc.unfreeze)
         yield
 
 
@@ -110,6 +120,9 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     # Its own /docs and /redoc: every asset from the registry, none from a CDN.
     install_docs(app, TITLE)
     app.state.metrics = RegistryMetrics(settings.metrics_max_adapters)
+    app.state.loop_lag = LoopLagMonitor(
+        lag_histogram(app.state.metrics.registry, LOOP_LAG_METRIC),
+        interval_s=settings.loop_lag_interval_s, warn_after_s=settings.loop_lag_warn_s)
     # Inside the metrics middleware (added after it), so its 413s are counted.
     app.add_middleware(BodyLimitMiddleware, limit=lambda: settings.max_json_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

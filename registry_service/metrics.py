@@ -21,6 +21,9 @@ UPLOAD_PHASES = ("admit", "receive", "validate", "lease", "store", "commit")
 _PUBLISH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0)
 
+# A collector pass lists the whole store: seconds for a small one, an hour for millions.
+_PASS_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
 
 @dataclass(frozen=True, slots=True)
 class AliasConvergence:
@@ -42,6 +45,7 @@ class RegistryMetrics:
         self._uploads()
         self._outbox()
         self._fleet()
+        self._blob_gc()
 
     def _http(self) -> None:
         self.requests = Counter(
@@ -118,6 +122,23 @@ class RegistryMetrics:
             "loraplane_registry_agent_last_report_timestamp_seconds",
             "When each agent last reported its status (Unix time)", ["agent"],
             registry=self.registry)
+
+    def _blob_gc(self) -> None:
+        self.blob_gc_running = Gauge(
+            "loraplane_registry_blob_gc_running",
+            "Blob collector passes running now (1 while a pass runs)",
+            registry=self.registry)
+        self.blob_gc_examined = Counter(
+            "loraplane_registry_blob_gc_blobs_examined_total",
+            "Stored blobs the collector has examined, counted page by page as a pass goes",
+            registry=self.registry)
+        self.blob_gc_deleted = Counter(
+            "loraplane_registry_blob_gc_deleted_total",
+            "Unreferenced blobs the collector deleted", registry=self.registry)
+        self.blob_gc_pass = Histogram(
+            "loraplane_registry_blob_gc_pass_seconds",
+            "How long one collector pass took, from the store's listing to its last delete",
+            buckets=_PASS_BUCKETS, registry=self.registry)
 
     def set_outbox(self, pending: int, oldest: datetime | None) -> None:
         self.outbox_pending.set(pending)

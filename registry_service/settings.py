@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loraplane.event_signing import InvalidKey, decode_private, decode_public
 from loraplane.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
+from loraplane.loop_lag import DEFAULT_INTERVAL_S, DEFAULT_WARN_AFTER_S, check_loop_lag
 from loraplane.lora.base_model import BaseModelShapes, UnsupportedBaseModel
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.nats_auth import NatsSettings
@@ -124,6 +125,10 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # interval (30 s by default). A leave is published within 4/3 of it.
     agent_stale_after_s: float = Field(default=90.0, ge=1, le=7 * 24 * 3600)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # The event loop's lag is measured by a tick every loop_lag_interval_s; a tick
+    # loop_lag_warn_s overdue logs who holds the loop (loraplane/loop_lag.py).
+    loop_lag_interval_s: float = Field(default=DEFAULT_INTERVAL_S, gt=0, le=60)
+    loop_lag_warn_s: float = Field(default=DEFAULT_WARN_AFTER_S, gt=0, le=600)
     # Distinct adapter names exported as metric label values; later ones become "_other"
     # (loraplane/metric_labels.py), so thousands of adapters cannot flood Prometheus.
     metrics_max_adapters: int = Field(default=DEFAULT_MAX_ADAPTER_LABELS, ge=0, le=100_000)
@@ -164,6 +169,11 @@ class RegistrySettings(BaseSettings, NatsSettings):
         for name in self.base_model_configs:
             self.base_shapes(name)
         self._check_signing_keys()
+        return self
+
+    @model_validator(mode="after")
+    def _loop_lag(self) -> RegistrySettings:
+        check_loop_lag(self.loop_lag_interval_s, self.loop_lag_warn_s)
         return self
 
     def _check_signing_keys(self) -> None:

@@ -16,8 +16,12 @@ def rate(metric: str, by: str, selector: str = "") -> str:
     return f"sum by ({by}) (rate({metric}{selector}{RATE}))"
 
 
+def quantile(q: float, metric: str, by: str = "adapter") -> str:
+    return f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{RATE})))"
+
+
 def p95(metric: str, by: str = "adapter") -> str:
-    return f"histogram_quantile(0.95, sum by ({by}, le) (rate({metric}_bucket{RATE})))"
+    return quantile(0.95, metric, by)
 
 
 def ratio_or_zero(part: str, whole: str) -> str:
@@ -106,7 +110,18 @@ OUTBOX = (
            (p95("loraplane_registry_relay_publish_seconds", "instance"), "{{instance}}")),
 )
 
-ROWS = (("Adapters", ADAPTERS), ("Fleet", FLEET), ("Outbox and relay", OUTBOX))
+EVENT_LOOPS = (
+    _panel("Event-loop lag p99", "How late each process's event loop ran a tick every "
+           "0.1 s: what its requests wait behind work holding the loop (goal under 5 ms; "
+           "alert above 50 ms for 10 minutes)", "s",
+           (quantile(0.99, "loraplane_registry_event_loop_lag_seconds", "instance"),
+            "registry {{instance}}"),
+           (quantile(0.99, "loraplane_agent_event_loop_lag_seconds", "instance"),
+            "agent {{instance}}")),
+)
+
+ROWS = (("Adapters", ADAPTERS), ("Fleet", FLEET), ("Outbox and relay", OUTBOX),
+        ("Event loops", EVENT_LOOPS))
 
 
 def every_expr() -> list[str]:

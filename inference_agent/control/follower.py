@@ -50,6 +50,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 200
 # A consumer nobody fetched from for this long belongs to a decommissioned agent.
 _INACTIVE_THRESHOLD_S = 24 * 3600.0
+# Events that arrived together are handled without a wait between them; a burst of
+# hundreds would hold the loop, so the follower gives it back after this many.
+EVENTS_PER_STEP = 8
 
 
 def consumer_name(agent_id: str) -> str:
@@ -220,7 +223,7 @@ class Follower:
         await self._recreate(js, resume)
 
     async def _consume(self, client: NatsClient, pull: PullStream) -> None:
-        errors = 0
+        errors = handled = 0
         while errors < self.error_streak:
             _raise_if_cancelling()
             try:
@@ -237,6 +240,9 @@ class Follower:
                 continue
             errors = 0
             await self._handle(message)
+            handled += 1
+            if handled % EVENTS_PER_STEP == 0:
+                await asyncio.sleep(0)
         raise EventBusUnavailable(f"{errors} fetches in a row failed",
                                   detail={"consumer": self.consumer})
 

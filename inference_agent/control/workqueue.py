@@ -201,6 +201,9 @@ class WorkQueue(Generic[K]):
                 self._settle(key, outcome)
             finally:
                 self.done(key)
+            # A key with nothing to change never waits, so without this turn a resync
+            # of hundreds of unchanged adapters ran as one step, holding the loop.
+            await asyncio.sleep(0)
 
     async def _handle(self, handler: Handler[K], key: K) -> Outcome:
         try:

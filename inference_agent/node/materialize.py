@@ -122,8 +122,8 @@ class Materializer:
         # While a walk runs: the folders built meanwhile, which it may not have seen.
         self._built_in_walk: list[tuple[Path, int]] | None = None
         self._walking = asyncio.Lock()  # one walk at a time, so one list of those
-        # on_disk's answer, kept up to date by the folders built here and dropped when
-        # an eviction may have removed some (None: listed again at the next call).
+        # on_disk's answer, kept up to date by the folders built here and replaced by
+        # each walk's list (None: not listed yet, or a walk failed; listed at the next call).
         self._listed: set[tuple[str, int]] | None = None
         # Every adapter this agent served: for its user only (0700, files 0600).
         private_dir(cache_dir)
@@ -138,8 +138,8 @@ class Materializer:
 
         The status report reads this on every build, on every agent at every push: the
         folders are listed once, then the list follows the folders built here, and is
-        listed again after each walk of the cache (``evict_disk``: over budget, or a
-        recount; a folder removed by hand shows until then)."""
+        replaced by each walk of the cache (``evict_disk``: over budget, or a recount,
+        on a worker thread; a folder removed by hand shows until then)."""
         if self._listed is None:
             self._listed = self._list_folders()
         return self._listed
@@ -316,18 +316,27 @@ class Materializer:
             built: list[tuple[Path, int]] = []
             self._built_in_walk = built
             try:
-                total, seen = await asyncio.to_thread(self._evict, keep, busy)
-                # A folder built meanwhile was added to the count this walk replaces.
-                self._bytes = total + sum(size for path, size in built
-                                          if path not in seen and path.is_dir())
+                total, seen, left = await asyncio.to_thread(self._evict, keep, busy)
+            except BaseException:
+                self._listed = None
+                raise
             finally:
                 self._built_in_walk = None
-                self._listed = None
+            # A folder built meanwhile was added to the count this walk replaces.
+            self._bytes = total + sum(size for path, size in built
+                                      if path not in seen and path.is_dir())
+            # ``on_disk`` answers from this walk (made on a worker thread) and what was
+            # built meanwhile: listing thousands of folders again on the loop would hold
+            # it at the next report.
+            self._listed = left | {_listed_as(path) for path, _size in built}
 
-    def _evict(self, keep: set[str], busy: set[Path]) -> tuple[int, set[Path]]:
-        """Evict down to ``max_bytes``: the bytes left on disk, and the folders seen."""
+    def _evict(self, keep: set[str], busy: set[Path]
+               ) -> tuple[int, set[Path], set[tuple[str, int]]]:
+        """Evict down to ``max_bytes``: the bytes left on disk, the folders seen, and
+        (adapter, version) of those left."""
         folders = self.cached()
         total = sum(f.size for f in folders)
+        removed: set[Path] = set()
         for folder in folders:
             if total <= self.max_bytes:
                 break
@@ -335,6 +344,7 @@ class Materializer:
                 continue
             started = time.perf_counter()
             shutil.rmtree(folder.path, ignore_errors=True)
+            removed.add(folder.path)
             self._metrics.tier_transition("warm", "cold", time.perf_counter() - started)
             total -= folder.size
             log.info("disk cache: removed %s (%d bytes)", folder.path, folder.size)
@@ -342,7 +352,13 @@ class Materializer:
             if adapter_dir.name != STAGING and adapter_dir.is_dir():
                 with contextlib.suppress(OSError):
                     adapter_dir.rmdir()  # only succeeds when empty
-        return total, {folder.path for folder in folders}
+        left = {_listed_as(f.path) for f in folders if f.path not in removed}
+        return total, {folder.path for folder in folders}, left
+
+
+def _listed_as(folder: Path) -> tuple[str, int]:
+    """(adapter, version) of a complete folder ``<cache>/<adapter>/<N>-<digest>``."""
+    return folder.parent.name, int(folder.name.partition("-")[0])
 
 
 def _copy_hashed(source: Path, dest: Path) -> tuple[int, str]:

@@ -13,11 +13,14 @@ the client's request and error parsing.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import httpx
 
 from inference_agent.errors import (
     AgentError,
@@ -36,6 +39,8 @@ from loraplane.client import (
     Refused,
     RegistryError,
 )
+from loraplane.client import _calls as api_calls
+from loraplane.client.errors import error_from_transport
 from loraplane.events import AgentStatus, DesiredState, FileRef, VersionRef
 from loraplane.private_files import write_private
 
@@ -88,8 +93,26 @@ class RegistryLink:
         return self.api.base_url
 
     async def desired(self, base_model: str, adapter: str | None = None) -> DesiredState:
+        """The desired state of ``base_model`` (or of one adapter). The full snapshot is
+        decoded and validated on a worker thread: at hundreds of adapters it is a
+        megabyte of JSON, which would hold the loop. One adapter's answer is small:
+        parsed in place."""
         with _mapped():
-            return await self.api.desired(base_model, adapter=adapter)
+            if adapter is not None:
+                return await self.api.desired(base_model, adapter=adapter)
+            return await self._snapshot(base_model)
+
+    async def _snapshot(self, base_model: str) -> DesiredState:
+        # ``AsyncRegistryClient.send``, with its parse (``finish``) moved off the loop.
+        call = api_calls.desired(base_model, None)
+        try:
+            response = await self.api.http.request(call.method, call.url, params=call.params,
+                                                   headers=call.request_headers())
+        except httpx.InvalidURL as exc:
+            raise self.api.config.invalid_url(exc) from exc
+        except httpx.TransportError as exc:
+            raise error_from_transport(self.api.base_url, exc) from exc
+        return await asyncio.to_thread(self.api.config.finish, call, response)
 
     async def inference_credentials(self) -> dict[str, str]:
         """token sha256 -> tenant of every live inference token."""

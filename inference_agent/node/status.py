@@ -30,12 +30,38 @@ from typing import Protocol
 from inference_agent.control.failures import VersionFailure
 from inference_agent.node.interned import served_version, tier_entry
 from inference_agent.serving.routes import RouteTable
-from loraplane.events import AgentStatus, ServedVersion, Tier, TierEntry
+from loraplane.events import AgentStatus, ServedVersion, Tier, TierEntry, VersionRef
 
 log = logging.getLogger(__name__)
 
 Post = Callable[[AgentStatus], Awaitable[None]]
 MAX_ENTRIES = 5000
+
+
+class Routed(Protocol):
+    """What a report reads of the route table (``RouteTable``, or a ``RoutedCopy``)."""
+
+    def adapters(self) -> set[str]: ...
+
+    def aliases(self, adapter: str) -> dict[str, tuple[int, VersionRef]]: ...
+
+
+class RoutedCopy:
+    """The route table's aliases as they were when copied, for a report built on a
+    worker thread while the loop goes on moving them. Only the copy is made on the
+    loop; removals are filtered out where the report is built."""
+
+    def __init__(self, routes: RouteTable) -> None:
+        self._held = routes.held_all()
+
+    def adapters(self) -> set[str]:
+        return {adapter for adapter, table in self._held.items()
+                if any(ref is not None for _revision, ref in table.values())}
+
+    def aliases(self, adapter: str) -> dict[str, tuple[int, VersionRef]]:
+        return {alias: (revision, ref)
+                for alias, (revision, ref) in self._held.get(adapter, {}).items()
+                if ref is not None}
 
 
 class LoadedNames(Protocol):
@@ -56,7 +82,7 @@ class Owned(Protocol):
     def over_capacity(self) -> set[str]: ...
 
 
-def tier_entries(*, routes: RouteTable, loaded: Iterable[str],
+def tier_entries(*, routes: Routed, loaded: Iterable[str],
                  on_disk: AbstractSet[tuple[str, int]],
                  owned: set[str], over_capacity: set[str] | None = None) -> list[TierEntry]:
     """Every version routed, loaded or on disk here, with its tier: hot (loaded in
@@ -86,7 +112,7 @@ def _split(name: str) -> tuple[str, int] | None:
     return (adapter, int(version)) if adapter and version.isdigit() else None
 
 
-def build_status(*, agent_id: str, base_model: str, routes: RouteTable,
+def build_status(*, agent_id: str, base_model: str, routes: Routed,
                  loaded: Iterable[str], draining: Iterable[str],
                  pending: Mapping[tuple[str, str], int | None],
                  failures: Iterable[VersionFailure], now: datetime,
@@ -165,22 +191,32 @@ class StatusReporter:
         self._dirty.set()
 
     def build(self) -> AgentStatus:
+        return self._taken()()
+
+    def _taken(self) -> Callable[[], AgentStatus]:
+        """Copies of what the report shows, taken now; the function returned builds the
+        report from those copies alone, so that it runs on a worker thread: with
+        thousands of entries, building and comparing it would hold the loop."""
         pending: dict[tuple[str, str], int | None] = {}
         failures: list[VersionFailure] = []
         for source in self._sources:
             pending.update(source.pending())
             failures.extend(source.failures())
-        loaded = self._cache.loaded_names()
-        tiers = tier_entries(routes=self._routes, loaded=loaded,
-                             on_disk=self._disk.on_disk() if self._disk else set(),
-                             owned=self._owned.owned() if self._owned else set(),
-                             over_capacity=(self._owned.over_capacity() if self._owned
-                                            else set()))
-        status = build_status(agent_id=self.agent_id, base_model=self.base_model,
-                              routes=self._routes, loaded=loaded,
-                              draining=self._swapper.draining(), pending=pending,
-                              failures=failures, now=datetime.now(UTC), tiers=tiers)
-        return status.model_copy(update={"leaving": True}) if self._leaving else status
+        loaded = list(self._cache.loaded_names())
+        on_disk = frozenset(self._disk.on_disk()) if self._disk else frozenset()
+        owned = set(self._owned.owned()) if self._owned else set()
+        over = set(self._owned.over_capacity()) if self._owned else set()
+        routed, draining = RoutedCopy(self._routes), set(self._swapper.draining())
+        leaving, now = self._leaving, datetime.now(UTC)
+
+        def assemble() -> AgentStatus:
+            tiers = tier_entries(routes=routed, loaded=loaded, on_disk=on_disk,
+                                 owned=owned, over_capacity=over)
+            status = build_status(agent_id=self.agent_id, base_model=self.base_model,
+                                  routes=routed, loaded=loaded, draining=draining,
+                                  pending=pending, failures=failures, now=now, tiers=tiers)
+            return status.model_copy(update={"leaving": True}) if leaving else status
+        return assemble
 
     async def leave(self) -> bool:
         """Tell the registry this agent is shutting down, so the fleet re-places without
@@ -241,8 +277,8 @@ class StatusReporter:
         the agent."""
         self._dirty.clear()
         try:
-            status = self.build()
-            if not force and self._last_sent is not None and _same(status, self._last_sent):
+            status, same = await asyncio.to_thread(_built, self._taken(), self._last_sent)
+            if same and not force:
                 return True
             await self._post(status)
         except Exception as exc:
@@ -257,6 +293,13 @@ class StatusReporter:
         self._last_sent = status
         self.posted += 1
         return True
+
+
+def _built(assemble: Callable[[], AgentStatus],
+           last: AgentStatus | None) -> tuple[AgentStatus, bool]:
+    """The report, and whether it says what ``last`` said (on a worker thread)."""
+    status = assemble()
+    return status, last is not None and _same(status, last)
 
 
 def _same(a: AgentStatus, b: AgentStatus) -> bool:

@@ -10,6 +10,7 @@ so the errors are the client's own: the caller maps them as for every registry c
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -39,7 +40,8 @@ class StatusPoster:
 
     async def post(self, status: AgentStatus) -> None:
         """Store ``status``; the RegistryError its answer (or no answer) maps to."""
-        call = api.send_status(status)
+        # Serialised on a worker thread: thousands of entries would hold the loop.
+        call = await asyncio.to_thread(api.send_status, status)
         url = self.config.base_url + call.url
         headers = {**self.config.headers, **call.headers}
         try:

@@ -23,6 +23,7 @@ busy (503 ``capacity_exhausted``), each with ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -281,7 +282,9 @@ class Proxy:
         return not isinstance(answer, ProxyError) and 200 <= answer[0] < 300
 
     async def prometheus(self, request: Request) -> Response:
-        body = self.metrics.render()
+        # Rendered on a worker thread: with hundreds of adapters' labels the text takes
+        # long enough to stall every proxied request (prometheus_client locks its own).
+        body = await asyncio.to_thread(self.metrics.render)
         if self.model_server is not None:
             body += await self.model_server()
         return Response(body, media_type=CONTENT_TYPE)

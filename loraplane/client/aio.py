@@ -146,9 +146,9 @@ class AsyncRegistryClient:
     # Versions
 
     async def push(self, name: str, source: Path | Sequence[FilePart], *,
-             aliases: Sequence[str] = (), notes: str | None = None,
-             on_progress: OnProgress | None = None,
-             allow_shape_change: bool = False) -> UploadResult:
+                   aliases: Sequence[str] = (), notes: str | None = None,
+                   on_progress: OnProgress | None = None,
+                   allow_shape_change: bool = False) -> UploadResult:
         """Upload a PEFT folder or one archive as a version of ``name``, streamed from disk,
         and point ``aliases`` at it: by default none moves, storing a version is not
         serving it (``move_alias`` does that). Identical files are not a new version

@@ -4,11 +4,15 @@ The same rule as ``rollout.alias_rollout`` (fresh agents of the adapter's base m
 the alias's version; an entry without an alias counts for the aliases pointing at its
 version), computed for all aliases at once through an index of the reports, so a scrape
 costs one pass over the reports and one over the aliases rather than their product.
+That pass, and writing the metrics out, run on worker threads: at 100 agents reporting
+500 adapters each, they held the event loop for about 400 ms a scrape.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,9 +21,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import AgentStatus
 from registry_service.adapters.models import Adapter
-from registry_service.agents.models import AgentRow
+from registry_service.agents.report_read import (
+    StoredReport,
+    gc_paused,
+    parse_status,
+    stored_reports,
+)
 from registry_service.agents.service import DEFAULT_STALE_AFTER_S
 from registry_service.aliases.models import Alias
 from registry_service.db.base import as_utc, utcnow
@@ -55,13 +63,13 @@ class _Index:
                    | which.get((t.adapter, None, t.version), set()))
 
 
-def _index(rows: list[AgentRow], now: datetime, stale_after_s: float) -> _Index:
+def _index(reports: list[StoredReport], now: datetime, stale_after_s: float) -> _Index:
     index = _Index(fleet=defaultdict(int), serving=defaultdict(set), failed=defaultdict(set))
-    for row in rows:
+    for row in reports:
         if (now - as_utc(row.last_seen_at)).total_seconds() > stale_after_s:
             continue
         index.fleet[row.base_model] += 1
-        status = AgentStatus.model_validate(row.status)
+        status = parse_status(row)
         for s in status.served:
             if s.state in ("serving", "failed"):
                 which = index.serving if s.state == "serving" else index.failed
@@ -80,31 +88,48 @@ async def _targets(session: AsyncSession) -> list[_Target]:
     return [_Target(*row) for row in await session.execute(query)]
 
 
-async def fleet_convergence(
-    session: AsyncSession, stale_after_s: float,
-) -> tuple[list[AliasConvergence], dict[str, datetime]]:
-    """Each live alias's convergence, and when each agent last reported."""
-    now = utcnow()
-    rows = list(await session.scalars(select(AgentRow)))
-    index = _index(rows, as_utc(now), stale_after_s)
-    aliases = [
-        AliasConvergence(adapter=t.adapter, alias=t.alias,
-                         expected=index.fleet.get(t.base_model, 0),
-                         converged=index.count(index.serving, t),
-                         failed=index.count(index.failed, t))
-        for t in await _targets(session)
-    ]
-    return aliases, {row.agent_id: as_utc(row.last_seen_at) for row in rows}
+def fleet_convergence(reports: list[StoredReport], targets: list[_Target], now: datetime,
+                      stale_after_s: float) -> list[AliasConvergence]:
+    """Each live alias's convergence. CPU only (every report parsed): run it on a worker
+    thread."""
+    index = _index(reports, as_utc(now), stale_after_s)
+    return [AliasConvergence(adapter=t.adapter, alias=t.alias,
+                             expected=index.fleet.get(t.base_model, 0),
+                             converged=index.count(index.serving, t),
+                             failed=index.count(index.failed, t))
+            for t in targets]
+
+
+# Held while the fleet's gauges are replaced and while the metrics are written, both on
+# worker threads: a scrape never sees the gauges cleared and not yet set again.
+_GAUGES = threading.Lock()
+
+
+def _set_fleet(metrics: RegistryMetrics, reports: list[StoredReport], targets: list[_Target],
+               now: datetime, stale_after_s: float) -> None:
+    with gc_paused():
+        aliases = fleet_convergence(reports, targets, now, stale_after_s)
+    last_reports = {row.agent_id: as_utc(row.last_seen_at) for row in reports}
+    with _GAUGES:
+        metrics.set_fleet(aliases, last_reports)
+
+
+def render_metrics(metrics: RegistryMetrics) -> bytes:
+    """The metrics' text (hundreds of KB with a thousand aliases): on a worker thread."""
+    with _GAUGES:
+        return metrics.render()
 
 
 async def refresh_fleet_metrics(db: Database, metrics: RegistryMetrics,
                                 stale_after_s: float = DEFAULT_STALE_AFTER_S) -> None:
-    """Recompute the fleet's gauges from the database; on a database error they keep
-    their last values (the scrape still answers, and ``up`` stays about the process)."""
+    """Recompute the fleet's gauges from the database, off the loop; on a database error
+    they keep their last values (the scrape still answers, and ``up`` stays about the
+    process)."""
     try:
         async with db.session() as session:
-            aliases, last_reports = await fleet_convergence(session, stale_after_s)
+            reports = await stored_reports(session)
+            targets = await _targets(session)
     except (RegistryError, SQLAlchemyError) as exc:
         log.warning("could not read the fleet for the metrics: %s", exc)
         return
-    metrics.set_fleet(aliases, last_reports)
+    await asyncio.to_thread(_set_fleet, metrics, reports, targets, utcnow(), stale_after_s)

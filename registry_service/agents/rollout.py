@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from loraplane.events import AgentStatus
+from loraplane.events import AgentStatus, TierEntry
 from loraplane.naming import parse_model_ref
 from loraplane.placement import owners
 from registry_service.agents.schemas import AliasRollout, RolloutEntry, TierOut
@@ -26,31 +26,68 @@ class AliasTarget:
     revision: int
 
 
+@dataclass
+class ReportIndex:
+    """The reports' entries and tiers by adapter, gathered in one pass over them: a
+    fleet view of every adapter then costs the reports once, not once per adapter."""
+
+    entries: dict[str, list[RolloutEntry]]
+    # (agent id, adapter) -> the tiers the agent lists, or the versions it has loaded.
+    listed: dict[tuple[str, str], list[TierEntry]]
+    loaded: dict[tuple[str, str], list[int]]
+
+    def entries_of(self, adapter: str) -> list[RolloutEntry]:
+        return self.entries.get(adapter, [])
+
+    def tiers_of(self, fleet: list[AgentReport], adapter: str) -> list[TierOut]:
+        """Each agent's tier of each version of ``adapter``. An agent that reports no
+        tiers for it (an older agent) still shows its loaded versions as hot."""
+        out: list[TierOut] = []
+        for report in fleet:
+            listed = self.listed.get((report.agent_id, adapter), [])
+            if not listed:
+                out += [TierOut(agent_id=report.agent_id, version=v, tier="hot", owned=False,
+                                stale=report.stale)
+                        for v in self.loaded.get((report.agent_id, adapter), [])]
+            out += [TierOut(agent_id=report.agent_id, version=t.version, tier=t.tier,
+                            owned=t.owned, over_capacity=t.over_capacity, stale=report.stale)
+                    for t in listed]
+        return out
+
+
+def index_reports(reports: list[AgentReport]) -> ReportIndex:
+    index = ReportIndex({}, {}, {})
+    seen: set[tuple[str, str, str | None, int, str]] = set()
+    for report in reports:
+        for entry in _entries(report):
+            key = (entry[0], report.agent_id, entry[1].alias, entry[1].version, entry[1].state)
+            if key not in seen:  # each (agent, alias, version, state) once per adapter
+                seen.add(key)
+                index.entries.setdefault(entry[0], []).append(entry[1])
+        for tier in report.status.tiers:
+            index.listed.setdefault((report.agent_id, tier.adapter), []).append(tier)
+        for name in report.status.loaded:
+            ref = parse_model_ref(name)
+            if ref is not None and ref.version is not None:
+                index.loaded.setdefault((report.agent_id, ref.adapter), []).append(ref.version)
+    return index
+
+
 def adapter_entries(reports: list[AgentReport], adapter: str) -> list[RolloutEntry]:
     """Every entry about ``adapter``, each (agent, alias, version, state) once."""
-    seen: set[tuple[str, str | None, int, str]] = set()
-    entries: list[RolloutEntry] = []
-    for entry in _entries(reports, adapter):
-        key = (entry.agent_id, entry.alias, entry.version, entry.state)
-        if key not in seen:
-            seen.add(key)
-            entries.append(entry)
-    return entries
+    return index_reports(reports).entries_of(adapter)
 
 
-def _entries(reports: list[AgentReport], adapter: str) -> Iterator[RolloutEntry]:
-    for report in reports:
-        for served in report.status.served:
-            if served.adapter == adapter:
-                yield RolloutEntry(agent_id=report.agent_id, alias=served.alias,
-                                   version=served.version, state=served.state,
-                                   reason=served.reason, code=served.code, stale=report.stale)
-        for failure in report.status.failures:
-            if failure.adapter == adapter:
-                # Whatever state the agent gave it, a listed failure is a failure.
-                yield RolloutEntry(agent_id=report.agent_id, alias=failure.alias,
-                                   version=failure.version, state="failed",
-                                   reason=failure.reason, code=failure.code, stale=report.stale)
+def _entries(report: AgentReport) -> Iterator[tuple[str, RolloutEntry]]:
+    for served in report.status.served:
+        yield served.adapter, RolloutEntry(
+            agent_id=report.agent_id, alias=served.alias, version=served.version,
+            state=served.state, reason=served.reason, code=served.code, stale=report.stale)
+    for failure in report.status.failures:
+        # Whatever state the agent gave it, a listed failure is a failure.
+        yield failure.adapter, RolloutEntry(
+            agent_id=report.agent_id, alias=failure.alias, version=failure.version,
+            state="failed", reason=failure.reason, code=failure.code, stale=report.stale)
 
 
 def _aliases_of(entry: RolloutEntry, targets: list[AliasTarget]) -> list[str]:
@@ -111,21 +148,8 @@ def _not_converged(fresh: set[str], pending: list[str], broken: set[str]) -> str
 
 
 def tier_entries(reports: list[AgentReport], adapter: str) -> list[TierOut]:
-    """Each agent's tier of each version of ``adapter``. An agent that reports no tiers
-    (an older agent) still shows its loaded versions as hot."""
-    out: list[TierOut] = []
-    for report in reports:
-        listed = [t for t in report.status.tiers if t.adapter == adapter]
-        if not listed:
-            hot = [ref.version for n in report.status.loaded
-                   if (ref := parse_model_ref(n)) is not None and ref.adapter == adapter
-                   and ref.version is not None]
-            out += [TierOut(agent_id=report.agent_id, version=v, tier="hot", owned=False,
-                            stale=report.stale) for v in hot]
-        out += [TierOut(agent_id=report.agent_id, version=t.version, tier=t.tier,
-                        owned=t.owned, over_capacity=t.over_capacity, stale=report.stale)
-                for t in listed]
-    return out
+    """Each agent's tier of each version of ``adapter`` (``ReportIndex.tiers_of``)."""
+    return index_reports(reports).tiers_of(reports, adapter)
 
 
 def placement(adapter: str, replicas: int | None, fleet: list[AgentReport],

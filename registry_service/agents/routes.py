@@ -72,15 +72,16 @@ async def release_binding(agent_id: AgentId, session: SessionDep,
     return Response(status_code=204)
 
 
-@router.get("/v1/agents", summary="List agents")
+@router.get("/v1/agents", summary="List agents", response_model=AgentList)
 async def list_agents(session: SessionDep, principal: PrincipalDep, ctx: CtxDep,
                       stale_after_s: StaleAfter = None,
-                      base_model: str | None = None) -> AgentList:
+                      base_model: str | None = None) -> Response:
     """Every agent that reported, with its last report, and whether it is stale (no report for
     `stale_after_s`); filter by `base_model`."""
-    return await service.list_agents(
+    # Written off the loop (``service.list_agents_json``), so sent as it is.
+    return Response(await service.list_agents_json(
         session, principal, stale_after_s=stale_after_s or ctx.settings.agent_stale_after_s,
-        base_model=base_model)
+        base_model=base_model), media_type="application/json")
 
 
 @router.get("/v1/adapters/{name}/rollout", summary="An adapter's rollout")

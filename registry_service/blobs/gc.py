@@ -5,12 +5,18 @@ fails (the adapter was deleted meanwhile, the database went away) or a registry 
 between the two leaves a blob nothing names. The collector removes such a blob when
 all of these hold:
 
-- no version row names it (checked again inside the transaction that claims it);
+- no version names it: no ``version_blobs`` row (written in the commit that creates the
+  version), checked again inside the transaction that claims it;
 - no upload holds a lease on it: an upload leases its blobs (``blob_leases``) before it
   stores them and commits only while the lease holds, so a blob an upload in flight is
   about to reference is never taken, even one that was already in the store;
 - the store wrote it more than ``blob_gc_grace_s`` ago (a writer that took no lease,
   such as an older registry during a rolling upgrade, has that long to commit).
+
+A pass streams the store's listing in pages of ``PAGE_BLOBS`` and asks the database,
+one short transaction per page, which of a page's digests no version names
+(``named.py``): it never reads the versions, so its memory and each step's time on the
+event loop stay the same whatever the number of versions and blobs.
 
 It also removes what uploads that never finished left in the store (a registry killed
 mid-upload): open S3 multipart uploads and temporary objects under ``uploads/``, or the
@@ -26,23 +32,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel
-from sqlalchemy import String, cast, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from registry_service.auth.roles import Principal
 from registry_service.background import BackgroundTask
 from registry_service.blobs.base import BlobStore, StoredBlob
 from registry_service.blobs.leases import claim_for_collection, drop_expired, release_collection
-from registry_service.blobs.referenced import read_referenced
+from registry_service.blobs.named import is_named, unnamed
 from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import Forbidden, RegistryError
+from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
-from registry_service.versions.models import Version
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,8 @@ log = logging.getLogger(__name__)
 # DELETE_MARGIN_S of it is left (an S3 call gives up long before that).
 CLAIM_S = 120.0
 DELETE_MARGIN_S = 60.0
+# Stored blobs asked about in one statement (and held at once).
+PAGE_BLOBS = 1000
 
 
 class GcReport(BaseModel):
@@ -62,10 +69,16 @@ class GcReport(BaseModel):
     incomplete: int = 0
 
 
-async def _is_referenced(session: AsyncSession, sha: str) -> bool:
-    # The digest is plain hex, so a text search of the JSON cannot match by accident.
-    query = select(Version.id).where(cast(Version.files, String).contains(sha)).limit(1)
-    return await session.scalar(query) is not None
+async def pages(blobs: BlobStore, size: int) -> AsyncIterator[list[StoredBlob]]:
+    """The store's listing, ``size`` blobs at a time."""
+    page: list[StoredBlob] = []
+    async for blob in blobs.list_blobs():
+        page.append(blob)
+        if len(page) >= size:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 @dataclass
@@ -73,6 +86,23 @@ class _Pass:
     db: Database
     blobs: BlobStore
     report: GcReport
+    cutoff: datetime
+    metrics: RegistryMetrics | None
+
+    async def page(self, page: list[StoredBlob]) -> None:
+        self.report.examined += len(page)
+        if self.metrics is not None:
+            self.metrics.blob_gc_examined.inc(len(page))
+        async with self.db.session() as session:
+            candidates = await unnamed(session, [blob.sha256 for blob in page])
+        self.report.referenced += len(page) - len(candidates)
+        for blob in page:
+            if blob.sha256 not in candidates:
+                continue
+            if blob.modified > self.cutoff:
+                self.report.too_young += 1
+            else:
+                await self.collect(blob)
 
     async def collect(self, blob: StoredBlob) -> None:
         until = utcnow() + timedelta(seconds=CLAIM_S)
@@ -81,7 +111,7 @@ class _Pass:
             if not await claim_for_collection(session, blob.sha256, until):
                 self.report.leased += 1
                 return
-            if await _is_referenced(session, blob.sha256):
+            if await is_named(session, blob.sha256):
                 self.report.referenced += 1
                 return  # the session rolls the claim back
             await session.commit()
@@ -89,6 +119,8 @@ class _Pass:
             if time.monotonic() < deadline:
                 await self.blobs.delete(blob.sha256)
                 self.report.deleted += 1
+                if self.metrics is not None:
+                    self.metrics.blob_gc_deleted.inc()
                 log.info("collected unreferenced blob %s", blob.sha256)
         finally:
             async with self.db.session() as session:
@@ -96,20 +128,24 @@ class _Pass:
                 await session.commit()
 
 
-async def collect_garbage(db: Database, blobs: BlobStore, settings: RegistrySettings) -> GcReport:
-    """One pass over the store; see the module docstring for what is removed."""
+async def collect_garbage(db: Database, blobs: BlobStore, settings: RegistrySettings,
+                          metrics: RegistryMetrics | None = None) -> GcReport:
+    """One pass over the store; see the module docstring for what is removed.
+    ``metrics`` (when given) shows the pass running, its progress and its time."""
+    if metrics is None:
+        return await _collect(db, blobs, settings, None)
+    with metrics.blob_gc_running.track_inprogress(), metrics.blob_gc_pass.time():
+        return await _collect(db, blobs, settings, metrics)
+
+
+async def _collect(db: Database, blobs: BlobStore, settings: RegistrySettings,
+                   metrics: RegistryMetrics | None) -> GcReport:
     report = GcReport()
-    referenced = await read_referenced(db)
     cutoff = utcnow() - timedelta(seconds=settings.blob_gc_grace_s)
-    gc = _Pass(db, blobs, report)
-    async for blob in blobs.list_blobs():
-        report.examined += 1
-        if blob.sha256 in referenced:
-            report.referenced += 1
-        elif blob.modified > cutoff:
-            report.too_young += 1
-        else:
-            await gc.collect(blob)
+    gc = _Pass(db, blobs, report, cutoff, metrics)
+    async for page in pages(blobs, PAGE_BLOBS):
+        await gc.page(page)
+        await asyncio.sleep(0)  # requests go first between pages
     async with db.session() as session:
         await drop_expired(session)
         await session.commit()
@@ -119,11 +155,12 @@ async def collect_garbage(db: Database, blobs: BlobStore, settings: RegistrySett
 
 
 async def run_blob_gc(principal: Principal, db: Database, blobs: BlobStore,
-                      settings: RegistrySettings) -> GcReport:
+                      settings: RegistrySettings,
+                      metrics: RegistryMetrics | None = None) -> GcReport:
     """The admin trigger: blobs are shared by every tenant, so only a global admin."""
     if not principal.is_global_admin:
         raise Forbidden("only a global admin may collect blobs", code="forbidden")
-    return await collect_garbage(db, blobs, settings)
+    return await collect_garbage(db, blobs, settings, metrics)
 
 
 class BlobCollector(BackgroundTask):
@@ -131,13 +168,16 @@ class BlobCollector(BackgroundTask):
 
     task_name = "blob-gc"
 
-    def __init__(self, db: Database, blobs: BlobStore, settings: RegistrySettings) -> None:
+    def __init__(self, db: Database, blobs: BlobStore, settings: RegistrySettings,
+                 metrics: RegistryMetrics | None = None) -> None:
         self._db, self._blobs, self._settings = db, blobs, settings
+        self._metrics = metrics
 
     async def _run(self) -> None:
         while True:
             try:
-                report = await collect_garbage(self._db, self._blobs, self._settings)
+                report = await collect_garbage(self._db, self._blobs, self._settings,
+                                               self._metrics)
                 if report.deleted:
                     log.info("blob gc: %s", report.model_dump())
             except RegistryError as exc:

@@ -8,11 +8,14 @@ and fsynced temporary file in the same directory, so a crash leaves at worst a s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import itertools
 import os
+import stat
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -29,6 +32,8 @@ from registry_service.errors import BlobNotFound, BlobStoreFull, BlobStoreUnavai
 
 _COPY_BUFFER = 1024 * 1024
 TEMP_SUFFIX = ".tmp"
+# Blobs listed per trip to a thread.
+LIST_BATCH = 1000
 
 
 # Out of space, or over a quota: 507 insufficient_storage, as a full staging folder.
@@ -173,26 +178,17 @@ class LocalBlobStore:
             raise _unavailable(exc, "delete a blob", sha256) from exc
 
     async def list_blobs(self) -> AsyncIterator[StoredBlob]:
-        for shard in await asyncio.to_thread(self._shards):
-            for blob in await asyncio.to_thread(self._list_shard, shard):
-                yield blob
-
-    def _shards(self) -> list[Path]:
-        return sorted(self.root.glob("sha256/*/*")) if self.root.is_dir() else []
-
-    @staticmethod
-    def _list_shard(shard: Path) -> list[StoredBlob]:
-        found = []
-        for path in shard.iterdir():
-            # Temporary files start with a dot and never match a bare digest.
-            sha = sha256_of_key(path.name)
-            try:
-                if sha is not None and path.is_file():
-                    mtime = path.stat().st_mtime
-                    found.append(StoredBlob(sha, datetime.fromtimestamp(mtime, UTC)))
-            except FileNotFoundError:
-                continue
-        return found
+        # One walk, run a batch at a time in a thread (never two at once): memory holds a
+        # batch, and the event loop only hands the batch on.
+        walk = _walk_blobs(self.root)
+        try:
+            while batch := await asyncio.to_thread(_take, walk, LIST_BATCH):
+                for blob in batch:
+                    yield blob
+        finally:
+            # ValueError: a cancelled batch's thread still runs it, and ends it.
+            with contextlib.suppress(ValueError):
+                walk.close()
 
     async def check(self) -> None:
         await asyncio.to_thread(self._check_sync)
@@ -257,15 +253,60 @@ class LocalBlobWriter:
         self._tmp.unlink(missing_ok=True)
 
 
+def _scan(directory: str) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as entries:
+            yield from entries
+    except (FileNotFoundError, NotADirectoryError):
+        return
+
+
+def _shard_dirs(root: Path) -> Iterator[str]:
+    """Every ``root/sha256/<ab>/<cd>`` directory, found as the walk goes."""
+    for top in _scan(os.path.join(root, "sha256")):
+        if top.is_dir(follow_symlinks=False):
+            for shard in _scan(top.path):
+                if shard.is_dir(follow_symlinks=False):
+                    yield shard.path
+
+
+def _walk_blobs(root: Path) -> Generator[StoredBlob, None, None]:
+    """Every blob file under ``root``, with little Python work per file: a thread
+    running this shares the GIL with the event loop, and ``scandir``'s reads and
+    ``stat`` let go of it."""
+    for shard in _shard_dirs(root):
+        # Hands the GIL to the event loop if it waits for it, a shard at a time.
+        time.sleep(0)
+        for entry in _scan(shard):
+            # Temporary files start with a dot and never match a bare digest.
+            if len(entry.name) != 64 or sha256_of_key(entry.name) is None:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                yield StoredBlob(entry.name, datetime.fromtimestamp(info.st_mtime, UTC))
+
+
+def _take(walk: Iterator[StoredBlob], count: int) -> list[StoredBlob]:
+    return list(itertools.islice(walk, count))
+
+
 def remove_stale_tmp(root: Path, older_than_s: float) -> int:
-    """Remove the ``.tmp`` files under ``root`` older than ``older_than_s``."""
+    """Remove the ``.tmp`` files older than ``older_than_s`` where the store writes
+    them: its root (streamed uploads) and its shard directories (blobs being put)."""
     cutoff = time.time() - older_than_s
     removed = 0
-    for path in root.rglob(f".*{TEMP_SUFFIX}") if root.is_dir() else ():
-        try:
-            if path.is_file() and path.stat().st_mtime < cutoff:
-                path.unlink()
-                removed += 1
-        except FileNotFoundError:
-            continue
+    for directory in itertools.chain((str(root),), _shard_dirs(root)):
+        for entry in _scan(directory):
+            if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX)):
+                continue
+            try:
+                if entry.is_file(follow_symlinks=False) and \
+                        entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:
+                continue
     return removed

@@ -11,4 +11,4 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 @router.post("/blob-gc", summary="Collect unreferenced blobs")
 async def post_blob_gc(ctx: CtxDep, principal: PrincipalDep) -> GcReport:
     """Collect unreferenced blobs now (also done at start-up and periodically)."""
-    return await run_blob_gc(principal, ctx.db, ctx.blobs, ctx.settings)
+    return await run_blob_gc(principal, ctx.db, ctx.blobs, ctx.settings, ctx.metrics)

@@ -86,8 +86,14 @@ async def current_revision(db: Database) -> str | None:
         return await conn.run_sync(_current)
 
 
+async def script_head() -> str:
+    """``head_revision`` on a worker thread: reading and parsing every script held the
+    loop for about 20 ms."""
+    return await asyncio.to_thread(head_revision)
+
+
 async def upgrade(db: Database, revision: str = "head") -> None:
-    if revision == "head" and await current_revision(db) == head_revision():
+    if revision == "head" and await current_revision(db) == await script_head():
         return  # nothing to do, and Alembic stays unimported
     await _in_connection(db, "upgrade", revision)
 
@@ -109,7 +115,7 @@ async def _in_connection(db: Database, action: str, revision: str) -> None:
 
 
 async def ensure_at_head(db: Database) -> None:
-    current, head = await current_revision(db), head_revision()
+    current, head = await current_revision(db), await script_head()
     if current != head:
         raise DatabaseNotMigrated(
             f"the database is at revision {current or 'none'}, not {head}; "

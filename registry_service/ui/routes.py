@@ -12,7 +12,7 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, FastAPI, Path, Query
-from fastapi.responses import FileResponse, RedirectResponse, StreamingResponse
+from fastapi.responses import FileResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
@@ -95,10 +95,12 @@ async def get_version_diff(name: str, base: VersionQuery, head: VersionQuery, ct
     return await service.version_diff(session, principal, ctx.blobs, name, base, head)
 
 
-@api.get("/fleet")
-async def get_fleet(ctx: CtxDep, session: SessionDep, principal: PrincipalDep) -> Fleet:
-    return await service.fleet(session, principal,
-                               stale_after_s=ctx.settings.agent_stale_after_s)
+@api.get("/fleet", response_model=Fleet)
+async def get_fleet(ctx: CtxDep, session: SessionDep, principal: PrincipalDep) -> Response:
+    # Written off the loop (``service.fleet``), so sent as it is.
+    return Response(await service.fleet(session, principal,
+                                        stale_after_s=ctx.settings.agent_stale_after_s),
+                    media_type="application/json")
 
 
 @api.get("/stream")

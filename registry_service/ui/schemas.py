@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -50,6 +51,12 @@ class Timeline(BaseModel):
 
 class Fleet(BaseModel):
     adapters: list[RolloutOut]
+
+
+def fleet_json(rollouts: Iterable[str]) -> str:
+    """``Fleet(adapters=...).model_dump_json()``, from each adapter's own JSON: written an
+    adapter at a time, so that no one call holds the GIL long."""
+    return '{"adapters":[' + ",".join(rollouts) + "]}"
 
 
 class VersionDetails(VersionOut):

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from loraplane.api.agents import RolloutOut
 from loraplane.api.aliases import AliasMoveOut
 from loraplane.api.versions import VersionOut
 from loraplane.lora.files import CONFIG_FILE
@@ -22,12 +23,12 @@ from registry_service.errors import Forbidden, RegistryError
 from registry_service.events.service import events_mark
 from registry_service.ui.diff import config_changes, file_changes
 from registry_service.ui.schemas import (
-    Fleet,
     SignedIn,
     Timeline,
     TimelineEntry,
     VersionDetails,
     VersionDiff,
+    fleet_json,
 )
 from registry_service.versions.service import list_versions, show_version
 
@@ -112,9 +113,15 @@ async def timeline(session: AsyncSession, principal: Principal, name: str,
 
 
 async def fleet(session: AsyncSession, principal: Principal, *,
-                stale_after_s: float = DEFAULT_STALE_AFTER_S) -> Fleet:
-    return Fleet(adapters=await tenant_rollouts(session, principal,
-                                                stale_after_s=stale_after_s))
+                stale_after_s: float = DEFAULT_STALE_AFTER_S) -> str:
+    """The ``Fleet`` the principal may see, as JSON written on a worker thread (a
+    thousand adapters' rollouts are megabytes of it)."""
+    return await tenant_rollouts(session, principal, written_fleet,
+                                 stale_after_s=stale_after_s)
+
+
+def written_fleet(rollouts: list[RolloutOut]) -> str:
+    return fleet_json(rollout.model_dump_json() for rollout in rollouts)
 
 
 async def change_mark(session: AsyncSession, principal: Principal) -> tuple[int, int]:

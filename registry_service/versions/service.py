@@ -22,6 +22,7 @@ from registry_service.aliases.service import check_alias_name, lock_alias, move_
 from registry_service.auth.roles import Principal, Role
 from registry_service.blobs import leases
 from registry_service.blobs.base import BlobStore, BlobStream
+from registry_service.blobs.models import version_blobs
 from registry_service.errors import BadRequest, NotFound, RegistryError, Unavailable
 from registry_service.events.service import envelope, record_event
 from registry_service.metrics import RegistryMetrics
@@ -267,6 +268,8 @@ async def _add_version(
         version = _new_version(adapter, staged, principal, notes)
         session.add(version)
         await session.flush()
+        # The blobs it names, in the same commit: the collector asks this table.
+        session.add_all(version_blobs(version.id, (item.sha256 for item in staged.files)))
         event = VersionPublished(**envelope(adapter.tenant.name, adapter.name),
                                  base_model=adapter.base_model,
                                  target=version_ref(adapter, version))

@@ -104,7 +104,7 @@ async def test_every_alert_and_dashboard_query_returns_data(
     await _workload(testbed, api, {"a": agent_a, "b": agent_b}, f"prom-{unique}")
     queries = {**{f"alert {k}": v for k, v in alert_exprs().items()},
                **{f"panel {k}": v for k, v in dashboard_exprs().items()}}
-    assert len(queries) == 8 + len(dashboard_exprs())
+    assert len(queries) == 9 + len(dashboard_exprs())
 
     async def answered() -> bool | None:
         missing = await _empty(prometheus, queries)
@@ -118,8 +118,8 @@ async def test_every_alert_and_dashboard_query_returns_data(
 
     async def rules_evaluated() -> bool:
         rules = await prometheus.rules()
-        return (len(rules) == 8 and all(r["health"] == "ok" and not r.get("lastError")
+        return (len(rules) == 9 and all(r["health"] == "ok" and not r.get("lastError")
                                         for r in rules))
 
     await eventually(rules_evaluated, timeout_s=30, retrying=RETRY_OVER_HTTP,
-                     what="Prometheus evaluating all eight alert rules without an error")
+                     what="Prometheus evaluating all nine alert rules without an error")

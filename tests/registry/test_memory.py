@@ -61,7 +61,7 @@ def _imported(nats_url: str) -> dict[str, object]:
 
 def test_the_server_leaves_out_what_it_does_not_use() -> None:
     # Alembic until a migration runs, aiohttp unless NATS is reached by WebSocket: ~19 MiB.
-    # numpy never (loraplane/lora/finite.py, blobs/referenced.py): ~11 MiB.
+    # numpy never (loraplane/lora/finite.py): ~11 MiB.
     assert _imported("nats://127.0.0.1:4222") == {"aiohttp": False, "alembic": False,
                                                   "numpy": False, "websocket": False}
     assert _imported("ws://127.0.0.1:8080") == {"aiohttp": True, "alembic": False,

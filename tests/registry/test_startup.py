@@ -4,6 +4,7 @@ NATS, and the operational endpoints (health, readiness, metrics, OpenAPI).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -365,3 +366,14 @@ def test_base_model_configs_are_read_at_start(
     missing = str(tmp_path / "nope.json")
     with pytest.raises(ValidationError, match="base_model_configs\\['tiny-llama'\\]"):
         RegistrySettings(base_model_configs={"tiny-llama": missing})
+
+
+async def test_what_start_up_built_is_frozen_out_of_full_collections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LORAPLANE_DATA_DIR", str(tmp_path / "data"))
+    gc.unfreeze()
+    async with serving(RegistrySettings()) as (client, _ctx):
+        assert (await client.get("/readyz")).status_code == 200
+        assert gc.get_freeze_count() > 0
+    # Stopped: its objects can be collected again.
+    assert gc.get_freeze_count() == 0

@@ -15,13 +15,14 @@ from sqlalchemy import func, select
 from devharness.adapters import make_adapter
 from devharness.services import NatsService
 from devharness.waiting import eventually
-from inference_agent.control.follower import Follower, consumer_name
+from inference_agent.control.follower import EVENTS_PER_STEP, Follower, consumer_name
 from inference_agent.control.keys import ALL, ROUTES, key_for
 from inference_agent.control.workqueue import Backoff
 from inference_agent.metrics import AgentMetrics
 from inference_agent.node.registry_client import RegistryLink
 from loraplane.events import STREAM_NAME, DesiredState, RouteChanged, RouteRule
 from registry_service.events.models import EventRow
+from tests.agent.loop_steps import longest_run, probing
 from tests.agent.loop_support import ServedRegistry, served_registry
 from tests.agent.trust_support import trusting
 
@@ -201,3 +202,22 @@ async def _check_consumer(url: str, name: str, start_seq: int) -> None:
         assert info.config.opt_start_seq == start_seq
     finally:
         await client.close()
+
+
+async def test_a_burst_of_waiting_events_is_handled_in_steps(
+        reg: ServedRegistry, nats: NatsService, tmp_path: Path) -> None:
+    # Events stored while the agent was away arrive together, and none of them makes
+    # the follower wait: handled in one step, they would hold every request behind them.
+    await reg.harness.create_adapter("bot")
+    await reg.publish("bot", make_adapter(tmp_path / "bot", seed=1))
+    snapshot = await settled_snapshot(reg)
+    for index in range(64):
+        await reg.put_route("customer", f"c{index}", "bot")
+    final = await settled_snapshot(reg)
+    log: list[str] = []
+    async with probing(log), following(reg, nats.url, snapshot.stream_seq + 1,
+                                       log) as follower:
+        await eventually(lambda: follower.last_stream_seq == final.stream_seq,
+                         what="every event handled")
+    assert log.count(ROUTES) == 64
+    assert longest_run(log, ROUTES) <= EVENTS_PER_STEP

@@ -11,6 +11,7 @@ import pytest
 
 from devharness.waiting import eventually
 from inference_agent.control.workqueue import Backoff, Done, Failed, Outcome, Retry, WorkQueue
+from tests.agent.loop_steps import longest_run, probing
 
 
 async def later_timer_fired(delay_s: float) -> None:
@@ -250,3 +251,24 @@ async def test_join_waits_for_a_first_pass_over_every_key() -> None:
     assert queue.pending_retries() == {"flaky"}
     assert await queue.shutdown(1)
     await runner
+
+
+async def test_keys_with_nothing_to_do_each_take_their_own_loop_step() -> None:
+    # A full resync of hundreds of unchanged adapters: handlers that never wait. Each
+    # key gives the loop back, so requests are served between them.
+    queue: WorkQueue[str] = WorkQueue()
+    log: list[str] = []
+
+    async def handler(key: str) -> Outcome:
+        log.append("key")
+        return Done()
+
+    for index in range(50):
+        queue.add(f"adapter-{index}")
+    async with probing(log):
+        runner = asyncio.create_task(queue.run(handler, workers=1))
+        assert await queue.join(10)
+    await queue.shutdown(5)
+    await runner
+    assert log.count("key") == 50
+    assert longest_run(log, "key") == 1
