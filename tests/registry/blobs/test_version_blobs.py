@@ -88,22 +88,26 @@ _FILES: dict[int, list[dict[str, str | None]]] = {
 
 
 async def test_0010_names_the_blobs_of_existing_versions(db: Database) -> None:
-    await migrate.downgrade(db, "0009")
-    assert "version_blobs" not in await tables(db)
-    async with db.engine.begin() as conn:
-        for statement in filter(str.strip, _ADAPTER.split(";")):
-            await conn.execute(text(statement), {"now": utcnow()})
-        await conn.execute(insert(Version), [
-            {"id": 10 + number, "adapter_id": 1, "number": number, "digest": f"{number:064x}",
-             "files": [{**f, "size": 1} for f in files], "total_size": len(files), "rank": 8,
-             "alpha": 16.0, "target_modules": ["q_proj"], "uploader": "tests", "notes": "",
-             "created_at": utcnow()}
-            for number, files in _FILES.items()])
+    # The database is the session's shared one: it is left at head, whatever happens.
+    try:
+        await migrate.downgrade(db, "0009")
+        assert "version_blobs" not in await tables(db)
+        async with db.engine.begin() as conn:
+            for statement in filter(str.strip, _ADAPTER.split(";")):
+                await conn.execute(text(statement), {"now": utcnow()})
+            await conn.execute(insert(Version), [
+                {"id": 10 + number, "adapter_id": 1, "number": number, "digest": f"{number:064x}",
+                 "files": [{**f, "size": 1} for f in files], "total_size": len(files), "rank": 8,
+                 "alpha": 16.0, "target_modules": ["q_proj"], "uploader": "tests", "notes": "",
+                 "created_at": utcnow()}
+                for number, files in _FILES.items()])
 
-    await migrate.upgrade(db)
+        await migrate.upgrade(db)
 
-    await assert_at_head(db)
-    assert await rows(db) == {(11, sha("a")), (11, sha("b")), (12, sha("b")),
-                              (12, sha("c")), (15, sha("c"))}
-    await migrate.downgrade(db, "0009")
-    assert "version_blobs" not in await tables(db)
+        await assert_at_head(db)
+        assert await rows(db) == {(11, sha("a")), (11, sha("b")), (12, sha("b")),
+                                  (12, sha("c")), (15, sha("c"))}
+        await migrate.downgrade(db, "0009")
+        assert "version_blobs" not in await tables(db)
+    finally:
+        await migrate.upgrade(db)
