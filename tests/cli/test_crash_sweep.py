@@ -76,7 +76,7 @@ def test_a_registry_killed_mid_upload_is_swept_at_restart(tmp_path: Path) -> Non
     assert any(staging.iterdir())
     [killed] = blobs.glob(".upload.*.tmp")
     # A blob write cut short long ago, and one that may still be in flight.
-    shard = data_dir / "blobs" / "ab"
+    shard = data_dir / "blobs" / "sha256" / "ab" / "ab"  # where a blob is put
     shard.mkdir(parents=True, exist_ok=True)
     stale, fresh = shard / f".{'ab' * 32}.dead.tmp", shard / f".{'ab' * 32}.live.tmp"
     stale.write_bytes(b"partial")
