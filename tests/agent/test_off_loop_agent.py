@@ -19,8 +19,8 @@ import pytest
 from devharness.vllm_standin import StandIn, create_app
 from inference_agent.service import Agent
 from inference_agent.settings import AgentSettings
-from tests.agent.loop_steps import recording_thread
 from tests.agent.loop_support import running_agent, serve_app
+from tests.loop_steps import recording_thread
 
 BASE = "tiny-llama"
 

@@ -22,9 +22,9 @@ from inference_agent.metrics import AgentMetrics
 from inference_agent.node.registry_client import RegistryLink
 from loraplane.events import STREAM_NAME, DesiredState, RouteChanged, RouteRule
 from registry_service.events.models import EventRow
-from tests.agent.loop_steps import longest_run, probing
 from tests.agent.loop_support import ServedRegistry, served_registry
 from tests.agent.trust_support import trusting
+from tests.loop_steps import longest_run, probing
 
 BASE = "tiny-llama"
 

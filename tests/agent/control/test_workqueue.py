@@ -11,7 +11,7 @@ import pytest
 
 from devharness.waiting import eventually
 from inference_agent.control.workqueue import Backoff, Done, Failed, Outcome, Retry, WorkQueue
-from tests.agent.loop_steps import longest_run, probing
+from tests.loop_steps import longest_run, probing
 
 
 async def later_timer_fired(delay_s: float) -> None:

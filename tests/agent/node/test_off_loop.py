@@ -22,9 +22,9 @@ from inference_agent.serving.routes import RouteTable
 from loraplane.client import _calls as client_calls
 from loraplane.events import DesiredState
 from tests.agent.adapter_refs import adapter_ref
-from tests.agent.loop_steps import recording_thread
 from tests.agent.loop_support import FakeSwapper, served_registry
 from tests.agent.node.test_cache import World
+from tests.loop_steps import recording_thread
 
 BASE = "tiny-llama"
 

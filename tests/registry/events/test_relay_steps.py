@@ -7,9 +7,7 @@ count, and the sends of one batch must see it move several times."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,36 +16,17 @@ from devharness.waiting import eventually
 from loraplane.event_signing import EventSigner
 from registry_service.db.engine import Database
 from registry_service.events.bus import EventBus
+from tests.loop_steps import probing
 from tests.registry.events.conftest import RelayFactory
 from tests.registry.events.support import all_published, record
 
 BATCH = 100
 
 
-class Turns:
-    """A task that counts its turns on the loop."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    async def run(self) -> None:
-        while True:
-            self.count += 1
-            await asyncio.sleep(0)
-
-
-@pytest.fixture
-async def turns() -> AsyncIterator[Turns]:
-    probe = Turns()
-    task = asyncio.create_task(probe.run())
-    yield probe
-    task.cancel()
-
-
 async def test_a_full_batch_is_signed_off_the_loop_and_sent_in_steps(
-    db: Database, nats: Any, relays: RelayFactory, turns: Turns,
-    monkeypatch: pytest.MonkeyPatch,
+    db: Database, nats: Any, relays: RelayFactory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    turns: list[str] = []
     await record(db, BATCH)  # committed before the relay starts: one claiming pass
     seen_at_send: list[int] = []
     signed_on_loop: list[bool] = []
@@ -55,7 +34,7 @@ async def test_a_full_batch_is_signed_off_the_loop_and_sent_in_steps(
     send, header = EventBus.send, EventSigner.header
 
     async def counted_send(bus: EventBus, *args: Any, **kwargs: Any) -> Any:
-        seen_at_send.append(turns.count)
+        seen_at_send.append(len(turns))
         return await send(bus, *args, **kwargs)
 
     def watched_header(signer: EventSigner, data: bytes) -> str:
@@ -64,8 +43,9 @@ async def test_a_full_batch_is_signed_off_the_loop_and_sent_in_steps(
 
     monkeypatch.setattr(EventBus, "send", counted_send)
     monkeypatch.setattr(EventSigner, "header", watched_header)
-    await relays(db, nats.url, relay_batch_size=BATCH)
-    await eventually(lambda: all_published(db), timeout_s=30, what="the batch published")
+    async with probing(turns):
+        await relays(db, nats.url, relay_batch_size=BATCH)
+        await eventually(lambda: all_published(db), timeout_s=30, what="the batch published")
     assert len(seen_at_send) == BATCH and len(signed_on_loop) == BATCH
     assert not any(signed_on_loop)
     # The probe ran between the batch's sends, again and again: no step sent them all.

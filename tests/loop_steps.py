@@ -1,7 +1,7 @@
-"""Structural checks that a piece of agent work gives the event loop back: a probe task
-that is always ready records each loop turn it gets, and the work records each unit it
-does, in one shared log. Units done back to back with no probe turn between them ran
-in one step of the loop. Counts of turns, never durations."""
+"""Structural checks that a piece of work, the agent's or the registry's, gives the
+event loop back: a probe task that is always ready records each loop turn it gets, and
+the work records each unit it does, in one shared log. Units done back to back with no
+probe turn between them ran in one step of the loop. Counts of turns, never durations."""
 
 from __future__ import annotations
 
