@@ -103,12 +103,12 @@ def positions(hot_versions: int) -> list[tuple[str, str, int | None]]:
 async def measure_service(url: str, data: Dataset, samples: int) -> tuple[
     list[Result], dict[str, Any]
 ]:
-    """Time ``list_versions`` directly and the SQL it sends; EXPLAIN that SQL."""
+    """Time ``history_page`` directly and the page statement it sends; EXPLAIN that."""
     from sqlalchemy import event  # noqa: PLC0415
 
     from registry_service.auth.roles import Principal, Role  # noqa: PLC0415
     from registry_service.db.engine import Database  # noqa: PLC0415
-    from registry_service.versions.service import list_versions  # noqa: PLC0415
+    from registry_service.versions.history import history_page  # noqa: PLC0415
 
     principal = Principal(token_id=0, name="bench", role=Role.READER, tenant_id=1,
                           tenant=TENANT)
@@ -127,10 +127,10 @@ async def measure_service(url: str, data: Dataset, samples: int) -> tuple[
         for label, adapter, cursor in positions(data.hot_versions):
             async def call(adapter: str = adapter, cursor: int | None = cursor) -> None:
                 async with db.session() as session:
-                    page = await list_versions(session, principal, adapter, limit=PAGE,
-                                               cursor=None if cursor is None else str(cursor))
-                if len(page.versions) != PAGE:
-                    raise RuntimeError(f"{adapter} cursor {cursor}: {len(page.versions)} rows")
+                    page = await history_page(session, principal, adapter, limit=PAGE,
+                                              cursor=None if cursor is None else str(cursor))
+                if page.count(b'"digest"') != PAGE:
+                    raise RuntimeError(f"{adapter} cursor {cursor}: not {PAGE} versions")
 
             # The exact statement and parameters the service sends, to run alone.
             event.listen(db.engine.sync_engine, "before_cursor_execute", capture)

@@ -17,10 +17,11 @@ near its end (and a typical adapter's first page), each ``--samples`` times:
   keep-alive connection, end to end. Meanwhile the blob collector runs a pass every
   ``--gc-interval`` s (the window opens once one is running; the share of the window a
   pass ran is sampled from ``/metrics``), and ``--agents`` agents report their status
-  every ``--report-interval`` s. The registry's event-loop lag histogram is read over the
-  same window (two scrapes);
-- ``service``: ``registry_service.versions.service.list_versions`` called directly
-  in a session of the registry's own ``Database``, before the registry starts;
+  every ``--report-interval`` s, from a process of their own. The registry's event-loop
+  lag histogram is read over the same window (two scrapes);
+- ``service``: ``registry_service.versions.history.history_page`` (what the route
+  answers, as JSON bytes) called directly in a session of the registry's own
+  ``Database``, before the registry starts;
 - ``sql``: the keyset statement the service sends, captured from SQLAlchemy, run
   alone through asyncpg; ``sql offset`` (in the middle only): the same page by ``OFFSET``.
 
@@ -225,7 +226,9 @@ def _registry_env(pg_url: str, nats_url: str, args: argparse.Namespace) -> dict[
     return {"LORAPLANE_DATABASE_URL": pg_url, "LORAPLANE_AUTO_MIGRATE": "false",
             "LORAPLANE_NATS_URL": nats_url, "LORAPLANE_ADMIN_TOKEN": ADMIN_TOKEN,
             "LORAPLANE_BLOB_GC_INTERVAL_S": str(args.gc_interval),
-            "LORAPLANE_BLOB_GC_GRACE_S": str(args.gc_grace)}
+            "LORAPLANE_BLOB_GC_GRACE_S": str(args.gc_grace)} | (
+                {} if args.gil_switch_interval is None
+                else {"LORAPLANE_GIL_SWITCH_INTERVAL_S": str(args.gil_switch_interval)})
 
 
 async def _under_background(pg_url: str, work: Path, data: Dataset,
@@ -286,7 +289,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "blob_store": {"referenced": stored[0], "orphans": stored[1],
                            "written_s": round(store_s, 1)},
             "options": {k: getattr(args, k) for k in ("gc_interval", "gc_grace", "agents",
-                                                       "agent_adapters", "report_interval")},
+                                                       "agent_adapters", "report_interval",
+                                                       "gil_switch_interval")},
             "background": asdict(background), "goals": met,
             "page_size": PAGE, "results": [asdict(r) for r in results], "plans": plans,
             "uses_keyset_index": {label: uses_index(p["plan"]) for label, p in plans.items()}}
@@ -311,6 +315,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="adapters each agent serves, in its report (100)")
     parser.add_argument("--report-interval", type=float, default=30.0,
                         help="seconds between an agent's reports (30, the agents' default)")
+    parser.add_argument("--gil-switch-interval", type=float, default=None,
+                        help="the registry's gil_switch_interval_s (its default when absent)")
     parser.add_argument("--json-out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.samples < 1 or args.adapters < 2 or args.agents < 1 or args.orphans < 0:

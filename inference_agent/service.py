@@ -119,7 +119,8 @@ class Agent:
         self.metrics = AgentMetrics(s.metrics_max_adapters)
         self.loop_lag = LoopLagMonitor(lag_histogram(self.metrics.registry, LOOP_LAG_METRIC),
                                        interval_s=s.loop_lag_interval_s,
-                                       warn_after_s=s.loop_lag_warn_s)
+                                       warn_after_s=s.loop_lag_warn_s,
+                                       switch_interval_s=s.gil_switch_interval_s)
         self.vllm = VllmClient(s.vllm_url)
         self.registry = (RegistryLink(s.registry, s.token.get_secret_value())
                          if s.registry is not None and s.token is not None else None)

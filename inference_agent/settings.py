@@ -13,7 +13,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from loraplane.event_signing import EventKeys, InvalidKey
 from loraplane.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
-from loraplane.loop_lag import DEFAULT_INTERVAL_S, DEFAULT_WARN_AFTER_S, check_loop_lag
+from loraplane.loop_lag import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_SWITCH_INTERVAL_S,
+    DEFAULT_WARN_AFTER_S,
+    check_loop_lag,
+)
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.naming import is_slug
 from loraplane.nats_auth import NatsSettings
@@ -113,6 +118,8 @@ class AgentSettings(BaseSettings, NatsSettings):
     # loop_lag_warn_s overdue logs who holds the loop (loraplane/loop_lag.py).
     loop_lag_interval_s: float = Field(default=DEFAULT_INTERVAL_S, gt=0, le=60)
     loop_lag_warn_s: float = Field(default=DEFAULT_WARN_AFTER_S, gt=0, le=600)
+    # Longest a thread holds the GIL while the event loop waits for it (loop_lag.py).
+    gil_switch_interval_s: float = Field(default=DEFAULT_SWITCH_INTERVAL_S, ge=0.0001, le=0.1)
 
     @field_validator("registry", "vllm_url", "nats_url")
     @classmethod

@@ -31,6 +31,11 @@ LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
                5.0, 10.0)
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WARN_AFTER_S = 0.1
+# How long a thread may hold the GIL while another waits for it (Python's default is
+# 5 ms). A loop waking for a request waits that long for a busy thread (the collector's
+# listing, a report's parse) at every wake, several times a request: see
+# docs/decisions.md, "The GIL switch interval".
+DEFAULT_SWITCH_INTERVAL_S = 0.001
 # Frames of these top-level packages (beside this one) name a holder; the innermost
 # frame of any file names it when none of theirs is on the stack.
 PROJECT_PACKAGES = ("loraplane", "loraplane_cli", "registry_service", "inference_agent")
@@ -136,11 +141,13 @@ class LoopLagMonitor:
 
     def __init__(self, histogram: Histogram, *, interval_s: float = DEFAULT_INTERVAL_S,
                  warn_after_s: float = DEFAULT_WARN_AFTER_S,
+                 switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S,
                  frames: FrameNamer | None = None) -> None:
-        if interval_s <= 0 or warn_after_s <= 0:
-            raise ValueError("interval_s and warn_after_s must be positive")
+        if interval_s <= 0 or warn_after_s <= 0 or switch_interval_s <= 0:
+            raise ValueError("interval_s, warn_after_s and switch_interval_s must be positive")
         self.interval_s = interval_s
         self.warn_after_s = warn_after_s
+        self.switch_interval_s = switch_interval_s
         self.frames = frames or FrameNamer()
         self._histogram = histogram
         # time.monotonic, not loop.time(): uvloop's clock stands still while the loop is
@@ -148,9 +155,12 @@ class LoopLagMonitor:
         self.state = _TickState(time.monotonic() + interval_s)
 
     async def run(self) -> None:
-        """Tick until cancelled, with the watchdog running beside."""
+        """Tick until cancelled, with the watchdog running beside, and the process's GIL
+        switch interval at ``switch_interval_s`` (restored after)."""
         watchdog = _Watchdog(self, asyncio.get_running_loop(), threading.get_ident())
         self.state = _TickState(time.monotonic() + self.interval_s)
+        switch_interval_s = sys.getswitchinterval()
+        sys.setswitchinterval(self.switch_interval_s)
         watchdog.start()
         try:
             while True:
@@ -161,6 +171,7 @@ class LoopLagMonitor:
                 self._histogram.observe(max(0.0, now - due))
         finally:
             watchdog.stop()
+            sys.setswitchinterval(switch_interval_s)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

@@ -122,7 +122,8 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     app.state.metrics = RegistryMetrics(settings.metrics_max_adapters)
     app.state.loop_lag = LoopLagMonitor(
         lag_histogram(app.state.metrics.registry, LOOP_LAG_METRIC),
-        interval_s=settings.loop_lag_interval_s, warn_after_s=settings.loop_lag_warn_s)
+        interval_s=settings.loop_lag_interval_s, warn_after_s=settings.loop_lag_warn_s,
+        switch_interval_s=settings.gil_switch_interval_s)
     # Inside the metrics middleware (added after it), so its 413s are counted.
     app.add_middleware(BodyLimitMiddleware, limit=lambda: settings.max_json_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

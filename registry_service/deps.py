@@ -50,3 +50,13 @@ async def get_principal(ctx: CtxDep, token: TokenDep) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def get_reader(session: SessionDep, token: TokenDep) -> Principal:
+    # For reads answered whole from the request's session: authenticating in it spares
+    # a second connection, its ping and its transaction. Not for a streamed answer: it
+    # would hold that transaction open while it streams.
+    return await authenticate(session, token)
+
+
+ReaderDep = Annotated[Principal, Depends(get_reader)]

@@ -10,7 +10,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loraplane.event_signing import InvalidKey, decode_private, decode_public
 from loraplane.http_guard import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_CONNECTIONS
-from loraplane.loop_lag import DEFAULT_INTERVAL_S, DEFAULT_WARN_AFTER_S, check_loop_lag
+from loraplane.loop_lag import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_SWITCH_INTERVAL_S,
+    DEFAULT_WARN_AFTER_S,
+    check_loop_lag,
+)
 from loraplane.lora.base_model import BaseModelShapes, UnsupportedBaseModel
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS
 from loraplane.nats_auth import NatsSettings
@@ -129,6 +134,8 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # loop_lag_warn_s overdue logs who holds the loop (loraplane/loop_lag.py).
     loop_lag_interval_s: float = Field(default=DEFAULT_INTERVAL_S, gt=0, le=60)
     loop_lag_warn_s: float = Field(default=DEFAULT_WARN_AFTER_S, gt=0, le=600)
+    # Longest a thread holds the GIL while the event loop waits for it (loop_lag.py).
+    gil_switch_interval_s: float = Field(default=DEFAULT_SWITCH_INTERVAL_S, ge=0.0001, le=0.1)
     # Distinct adapter names exported as metric label values; later ones become "_other"
     # (loraplane/metric_labels.py), so thousands of adapters cannot flood Prometheus.
     metrics_max_adapters: int = Field(default=DEFAULT_MAX_ADAPTER_LABELS, ge=0, le=100_000)

@@ -10,7 +10,7 @@ from registry_service.auth.roles import Principal
 from registry_service.errors import NotFound
 
 
-def _not_found(name: str) -> NotFound:
+def adapter_not_found(name: str) -> NotFound:
     return NotFound(f"adapter {name!r} not found", code="adapter_not_found",
                     detail={"adapter": name})
 
@@ -23,5 +23,5 @@ async def get_visible_adapter(
         query = query.with_for_update(of=Adapter)
     adapter = await session.scalar(query)
     if adapter is None or not principal.can_see(adapter.tenant_id):
-        raise _not_found(name)
+        raise adapter_not_found(name)
     return adapter

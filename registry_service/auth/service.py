@@ -6,8 +6,9 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -52,25 +53,23 @@ class CreatedToken:
     secret: str
 
 
-def principal_of(token: ApiToken) -> Principal:
-    return Principal(
-        token_id=token.id,
-        name=token.name,
-        role=Role(token.role),
-        tenant_id=token.tenant_id,
-        tenant=token.tenant.name if token.tenant else None,
-        agent_id=token.agent_id,
-    )
+# Built once, from the tables (Core, not ORM): every request authenticates, and composing
+# the statement and loading an object cost more than running it.
+_T = ApiToken.__table__.c
+_PRINCIPALS = (
+    select(_T.token_hash, _T.id, _T.name, _T.role, _T.tenant_id, _T.agent_id,
+           Tenant.__table__.c.name.label("tenant"))
+    .outerjoin_from(ApiToken.__table__, Tenant.__table__, Tenant.__table__.c.id == _T.tenant_id)
+    .where(_T.revoked_at.is_(None))
+)
+_BY_HASH = _PRINCIPALS.where(_T.token_hash == bindparam("token_hash"))
+_BY_HASHES = _PRINCIPALS.where(_T.token_hash.in_(bindparam("token_hashes", expanding=True)))
 
 
 async def authenticate(session: AsyncSession, secret: str | None) -> Principal:
     if not secret:
         raise Unauthorized("a bearer token is required", code="missing_token")
-    row = await session.scalar(
-        select(ApiToken).where(
-            ApiToken.token_hash == hash_token(secret), ApiToken.revoked_at.is_(None)
-        )
-    )
+    row = (await session.execute(_BY_HASH, {"token_hash": hash_token(secret)})).first()
     return _registry_principal(row)
 
 
@@ -79,8 +78,8 @@ async def authenticate_many(session: AsyncSession, secrets: Iterable[str | None]
     """``authenticate`` for many requests in one query: each secret's principal, or the
     error ``authenticate`` would have raised for it."""
     wanted = {secret: hash_token(secret) for secret in set(secrets) if secret}
-    rows = await session.scalars(select(ApiToken).where(
-        ApiToken.token_hash.in_(sorted(set(wanted.values()))), ApiToken.revoked_at.is_(None)))
+    rows = await session.execute(_BY_HASHES,
+                                 {"token_hashes": sorted(set(wanted.values()))})
     by_hash = {row.token_hash: row for row in rows}
     found: dict[str | None, Principal | RegistryError] = {
         None: Unauthorized("a bearer token is required", code="missing_token")}
@@ -92,7 +91,7 @@ async def authenticate_many(session: AsyncSession, secrets: Iterable[str | None]
     return found
 
 
-def _registry_principal(row: ApiToken | None) -> Principal:
+def _registry_principal(row: Row[*tuple[Any, ...]] | None) -> Principal:
     if row is None:
         raise Unauthorized("the token is unknown or revoked", code="invalid_token")
     if row.role == Role.INFERENCE.value:
@@ -100,7 +99,8 @@ def _registry_principal(row: ApiToken | None) -> Principal:
         raise Forbidden("an inference token is for an agent's OpenAI API, not the registry",
                         code="insufficient_role",
                         detail={"required": "reader", "actual": Role.INFERENCE.value})
-    return principal_of(row)
+    return Principal(token_id=row.id, name=row.name, role=Role(row.role),
+                     tenant_id=row.tenant_id, tenant=row.tenant, agent_id=row.agent_id)
 
 
 async def create_token(

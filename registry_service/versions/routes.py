@@ -8,8 +8,9 @@ from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
 from loraplane.api.bounds import INT32_MAX
 from registry_service.blobs.base import BlobStream, content_disposition
-from registry_service.deps import CtxDep, PrincipalDep, SessionDep
+from registry_service.deps import CtxDep, PrincipalDep, ReaderDep, SessionDep
 from registry_service.versions import service
+from registry_service.versions.history import history_page
 from registry_service.versions.schemas import UploadResult, VersionOut, VersionPage
 from registry_service.versions.upload import ARCHIVE_SUFFIXES, UploadBody
 
@@ -63,13 +64,14 @@ async def upload_version(name: str, request: Request, session: SessionDep,
     return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
 
 
-@router.get("", summary="List versions")
-async def list_versions(name: str, session: SessionDep, principal: PrincipalDep,
+@router.get("", summary="List versions", response_model=VersionPage)
+async def list_versions(name: str, session: SessionDep, principal: ReaderDep,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-                        cursor: str | None = None) -> VersionPage:
+                        cursor: str | None = None) -> Response:
     """The adapter's versions, newest first, `limit` at a time; pass `next_cursor` as `cursor`
     for older ones."""
-    return await service.list_versions(session, principal, name, limit=limit, cursor=cursor)
+    page = await history_page(session, principal, name, limit=limit, cursor=cursor)
+    return Response(page, media_type="application/json")
 
 
 @router.get("/{version}", summary="Show a version")

@@ -11,7 +11,6 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.api.bounds import INT32_MAX, parse_bounded
 from loraplane.events import VersionPublished
 from loraplane.lora.errors import AdapterInvalid
 from loraplane.lora.shape_change import ShapeChange
@@ -27,6 +26,7 @@ from registry_service.errors import BadRequest, NotFound, RegistryError, Unavail
 from registry_service.events.service import envelope, record_event
 from registry_service.metrics import RegistryMetrics
 from registry_service.settings import RegistrySettings
+from registry_service.versions.history import history_page
 from registry_service.versions.lookup import get_version
 from registry_service.versions.models import Version
 from registry_service.versions.refs import version_ref
@@ -301,18 +301,9 @@ def _new_version(adapter: Adapter, staged: StagedVersion, principal: Principal,
 async def list_versions(
     session: AsyncSession, principal: Principal, name: str, *, limit: int, cursor: str | None
 ) -> VersionPage:
-    principal.require(Role.READER)
-    adapter = await get_visible_adapter(session, principal, name)
-    query = select(Version).where(Version.adapter_id == adapter.id)
-    if cursor is not None:
-        before = parse_bounded(cursor, low=1, high=INT32_MAX)
-        if before is None:
-            raise BadRequest("the cursor is not valid", code="invalid_cursor")
-        query = query.where(Version.number < before)
-    rows = list(await session.scalars(query.order_by(Version.number.desc()).limit(limit + 1)))
-    page = [version_out(adapter, v) for v in rows[:limit]]
-    next_cursor = str(rows[limit - 1].number) if len(rows) > limit else None
-    return VersionPage(versions=page, next_cursor=next_cursor)
+    """``history_page`` as a model, for callers in the registry (the /ui)."""
+    page = await history_page(session, principal, name, limit=limit, cursor=cursor)
+    return VersionPage.model_validate_json(page)
 
 
 async def show_version(

@@ -39,12 +39,15 @@ async def test_holding_the_agent_s_loop_moves_its_lag(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("values", [{"loop_lag_interval_s": 0}, {"loop_lag_warn_s": -1},
-                                    {"loop_lag_interval_s": 0.5, "loop_lag_warn_s": 0.2}])
+                                    {"loop_lag_interval_s": 0.5, "loop_lag_warn_s": 0.2},
+                                    {"gil_switch_interval_s": 0},
+                                    {"gil_switch_interval_s": 1.0}])
 def test_bad_loop_lag_settings_are_refused(tmp_path: Path, values: dict[str, Any]) -> None:
-    with pytest.raises(ValidationError, match="loop_lag"):
+    with pytest.raises(ValidationError, match=r"loop_lag|gil_switch_interval"):
         settings(tmp_path, **values)
 
 
 def test_the_loop_lag_defaults(tmp_path: Path) -> None:
     chosen = settings(tmp_path)
     assert (chosen.loop_lag_interval_s, chosen.loop_lag_warn_s) == (0.1, 0.1)
+    assert chosen.gil_switch_interval_s == 0.001

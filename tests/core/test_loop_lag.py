@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -134,3 +135,18 @@ def test_a_stack_without_a_project_frame_names_its_innermost_frame() -> None:
     # A frame of threading.py (Event.set or Event.wait), the innermost on that stack.
     assert re.fullmatch(r"/.*/threading.py:\d+ \(\w+\)", other), other
     assert FrameNamer().name(-1) == "unknown"
+
+
+async def test_the_monitor_sets_the_gil_switch_interval_while_it_runs() -> None:
+    before = sys.getswitchinterval()
+    registry = CollectorRegistry()
+    wanted = before / 4
+    lag = LoopLagMonitor(lag_histogram(registry, NAME), interval_s=INTERVAL_S,
+                         warn_after_s=INTERVAL_S, switch_interval_s=wanted)
+    async with lag.running():
+        await eventually(lambda: (registry.get_sample_value(f"{NAME}_count") or 0) >= 1,
+                         what="a tick")
+        assert sys.getswitchinterval() == pytest.approx(wanted)
+    assert sys.getswitchinterval() == before
+    with pytest.raises(ValueError, match="switch_interval_s"):
+        LoopLagMonitor(lag_histogram(CollectorRegistry(), NAME), switch_interval_s=0)
