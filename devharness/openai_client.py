@@ -48,6 +48,9 @@ class Completion:
     finish_reason: str | None = None
     chunks: int = 0
     started: float = field(default_factory=time.monotonic)
+    # When the status and headers arrived: for a stream, the moment the version that
+    # serves it (ADAPTER_HEADER) was known, before any text.
+    answered_at: float = field(default_factory=time.monotonic)
     last_chunk_at: float | None = None
     ended: float | None = None
     models_seen: set[str] = field(default_factory=set)

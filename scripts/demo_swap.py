@@ -1,4 +1,5 @@
-"""The demo's scenario: v1 serving, a long v1 stream, v2 published under it, a timeline.
+"""The demo's scenario: v1 serving, v2 pushed (stored, not served), a long v1 stream,
+v2 promoted under it, a timeline.
 
 Every observation is taken from outside, as a user would: the answers' headers and
 text (through the agent), vLLM's own model list, and the registry's events on NATS.
@@ -29,9 +30,9 @@ from loraplane.nats_auth import NatsSecurity
 BASE_MODEL = "tiny-llama"
 ADAPTER = "support-bot"
 V1, V2 = f"{ADAPTER}@1", f"{ADAPTER}@2"
-# Long enough to outlast a push and its swap on a busy 2-core machine (the upload
-# competes with the stream for CPU): in one run here the stream took 5.7 s and v2 was
-# served 2.9 s after it started. vLLM runs with --max-model-len 2048.
+# Long enough to outlast a promote and its swap (the agent's download and vLLM's load) on
+# a busy 2-core machine; the upload is done before the stream starts, as `loraplane push`
+# then `loraplane promote` do. vLLM runs with --max-model-len 2048.
 STREAM_TOKENS = 1800
 STREAM_PROMPT = "Dear support team, my order has not arrived and"
 POLL_INTERVAL_S = 0.1
@@ -152,51 +153,57 @@ class Swap:
     committed_at: float | None = None  # the registry's commit of v2 (monotonic)
 
 
-async def poll_until_v2(agent: OpenAIClient, push: asyncio.Task[Any], swap: Swap,
+async def poll_until_v2(agent: OpenAIClient, move: asyncio.Task[Any], swap: Swap,
                         timeline: Timeline, timeout_s: float = 90.0) -> Completion:
-    """New requests, one after another, until one is answered by v2."""
+    """New requests, one after another, until one is answered by v2. Each is streamed, so
+    its headers tell which version serves it as soon as it is served."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if push.done() and push.exception() is not None:
-            raise DemoError(f"publishing v2 failed: {push.exception()}")
-        answer = await agent.complete(ADAPTER)
+        if move.done() and move.exception() is not None:
+            raise DemoError(f"promoting v2 failed: {move.exception()}")
+        answer = await agent.stream(ADAPTER, max_tokens=16)
         if not answer.ok:
             swap.failed.append(answer)
         else:
             swap.answered[answer.adapter or "?"] += 1
         if answer.ok and answer.adapter == V2:
-            timeline.mark(f"agent: first request answered by {V2} (before it, "
+            timeline.mark(f"agent: first request served by {V2} (before it, "
                           f"{swap.answered[V1]} answered by {V1} since the event)",
-                          answer.ended)
+                          answer.answered_at)
             swap.first_v2 = answer
             return answer
         await asyncio.sleep(POLL_INTERVAL_S)
     raise DemoError(f"no request was answered by {V2} within {timeout_s:.0f}s")
 
 
-async def published(events: EventWatch, push: asyncio.Task[Any], timeout_s: float) -> None:
-    """Until v2's event is on NATS (or the push answered, whichever comes first)."""
+async def published(events: EventWatch, move: asyncio.Task[Any], timeout_s: float) -> None:
+    """Until v2's event is on NATS (or the promote answered, whichever comes first)."""
     seen = asyncio.create_task(events.v2_seen.wait())
     try:
-        done, _ = await asyncio.wait({seen, push}, timeout=timeout_s,
+        done, _ = await asyncio.wait({seen, move}, timeout=timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
     finally:
         seen.cancel()
     if not done:
-        raise DemoError(f"publishing v2 took more than {timeout_s:.0f}s")
-    if push.done() and push.exception() is not None:
-        raise DemoError(f"publishing v2 failed: {push.exception()}")
+        raise DemoError(f"promoting v2 took more than {timeout_s:.0f}s")
+    if move.done() and move.exception() is not None:
+        raise DemoError(f"promoting v2 failed: {move.exception()}")
 
 
-async def publish(api: AsyncRegistryClient, folder: Path, timeline: Timeline) -> UploadResult:
-    # The upload `loraplane push --alias live` makes, sent from this process: on 2 cores under a
-    # running stream, starting a new process took 3-10 s, and the push then landed after
-    # the stream had ended.
-    result = await api.push(ADAPTER, folder, aliases=["live"])
-    if not result.created or result.version != 2:
-        raise DemoError(f"the push did not create version 2: {result}")
-    moved = ", ".join(f"{m.alias} -> {m.version}" for m in result.aliases)
-    timeline.mark(f"the push answered: version 2 created, {moved or 'no alias moved'}")
+async def promote(api: AsyncRegistryClient, timeline: Timeline) -> None:
+    # The move `loraplane promote support-bot 2 --alias live` makes, sent from this process:
+    # on 2 cores under a running stream, starting a new process took 3-10 s.
+    state = await api.move_alias(ADAPTER, "live", 2)
+    timeline.mark(f"the promote answered: live -> {state.version} (revision {state.revision})")
+
+
+async def push_v2(api: AsyncRegistryClient, folder: Path) -> UploadResult:
+    # The upload `loraplane push support-bot a2` makes, from this process.
+    print(f"$ loraplane push {ADAPTER} {folder.name}")
+    result = await api.push(ADAPTER, folder)
+    if not result.created or result.version != 2 or result.aliases:
+        raise DemoError(f"the push did not store version 2 without serving it: {result}")
+    print(f"version 2 stored; serve it: loraplane promote {ADAPTER} 2 --alias live")
     return result
 
 
@@ -208,7 +215,7 @@ async def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -
         raise DemoError(str(exc)) from None
 
 
-async def swap_under_stream(api: AsyncRegistryClient, agent: OpenAIClient, v2_folder: Path,
+async def swap_under_stream(api: AsyncRegistryClient, agent: OpenAIClient,
                             watches: tuple[EventWatch, VllmWatch], timeline: Timeline,
                             swap: Swap) -> Completion:
     events, vllm = watches
@@ -220,21 +227,21 @@ async def swap_under_stream(api: AsyncRegistryClient, agent: OpenAIClient, v2_fo
     try:
         await asyncio.wait_for(first_chunk.wait(), 60)
         timeline.mark("stream: first token arrived")
-        timeline.mark(f"push of v2 started (POST /v1/adapters/{ADAPTER}/versions, "
-                      f"the upload `loraplane push {ADAPTER} {v2_folder.name} --alias live` "
-                      "makes)")
-        push = asyncio.create_task(publish(api, v2_folder, timeline))
-        # Requests before the event could only be v1: they would just slow the push down.
-        await published(events, push, timeout_s=60)
-        first_v2 = await poll_until_v2(agent, push, swap, timeline)
-        streaming_at_flip = not stream.done()
-        await push
+        timeline.mark(f"promote of v2 started (PUT /v1/adapters/{ADAPTER}/aliases/live, "
+                      f"the move `loraplane promote {ADAPTER} 2 --alias live` makes)")
+        move = asyncio.create_task(promote(api, timeline))
+        # Requests before the event could only be v1: they would just slow the move down.
+        await published(events, move, timeout_s=60)
+        first_v2 = await poll_until_v2(agent, move, swap, timeline)
+        await move
         result = await stream
     finally:
         stream.cancel()
     timeline.mark(f"stream finished: X-Loraplane-Adapter {result.adapter}, "
                   f"{tokens(result)}", result.ended)
-    if not streaming_at_flip or (first_v2.ended or 0) >= (result.ended or 0):
+    # Served by v2 (its headers name it) while the v1 stream still ran: the swap happened
+    # under the stream.
+    if first_v2.answered_at >= (result.ended or 0):
         raise DemoError("the stream ended before v2 was served: the swap happened after it")
     await wait_for(lambda: V1 in vllm.left, 30, f"{V1} unloaded from vLLM after its stream")
     return result
@@ -253,7 +260,7 @@ def mark_observations(timeline: Timeline, events: EventWatch, vllm: VllmWatch,
             if (event.adapter, event.version) == (ADAPTER, 2):
                 swap.committed_at = events.committed_at(event)
             move = f"{event.adapter}@{event.alias} {event.previous_version} -> {event.version}"
-            timeline.mark(f"v2 published: the registry committed it ({move})",
+            timeline.mark(f"v2 promoted: the registry committed the move ({move})",
                           events.committed_at(event))
             timeline.mark(f"NATS: {event.type} {move} (stream seq {event.seq}) "
                           "reached a subscriber", at)
@@ -271,8 +278,8 @@ def verdict(stream: Completion, reference: Completion, v1_answer: Completion,
     first_v2 = swap.first_v2
     lines = []
     if first_v2 is not None and first_v2.ended and swap.committed_at is not None:
-        lines.append(f"v2 first served {(first_v2.ended - swap.committed_at) * 1000:,.0f} ms "
-                     "after the registry committed it, while the v1 stream ran on")
+        lines.append(f"v2 first served {(first_v2.answered_at - swap.committed_at) * 1000:,.0f} "
+                     "ms after the registry committed it, while the v1 stream ran on")
     lines += [
         f"the v1 stream: status {stream.status}, X-Loraplane-Adapter {stream.adapter}, "
         f"{tokens(stream)}, {stream.seconds:.1f}s",
@@ -340,11 +347,12 @@ async def _scenario(api: AsyncRegistryClient, agent: OpenAIClient, adapters: Pat
     if not (reference.ok and reference.adapter == V1):
         raise DemoError(f"the reference stream was not served by {V1}: {reference}")
     print(f"{reference.adapter}: {tokens(reference)}, {reference.seconds:.1f}s")
-    step("the same stream again, and v2 published while it runs")
+    step("push v2: stored, not served until an alias moves to it")
+    await push_v2(api, adapters / "a2")
+    step("the same stream again, and v2 promoted while it runs")
     timeline, swap = Timeline(), Swap()
     try:
-        stream = await swap_under_stream(api, agent, adapters / "a2", (events, vllm),
-                                         timeline, swap)
+        stream = await swap_under_stream(api, agent, (events, vllm), timeline, swap)
         if watcher.done() and watcher.exception() is not None:
             raise DemoError(f"watching vLLM's model list failed: {watcher.exception()}")
     finally:
