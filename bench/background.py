@@ -125,7 +125,8 @@ _STALL = re.compile(r"event loop was held for ([\d.]+) s in all \(by task '([^']
 
 def loop_stalls(log: Path, top: int = 3) -> dict[str, Any]:
     """The stalls the registry's loop watchdog named in its log over the whole run: how
-    many, the longest, and the places named most often."""
+    many, the longest, and the places named most often, as ``[place, times]`` lists (as
+    JSON has them: a document written with ``--json-out`` reads back equal)."""
     held: list[float] = []
     places: Counter[str] = Counter()
     for line in log.read_text(errors="replace").splitlines() if log.exists() else ():
@@ -134,7 +135,8 @@ def loop_stalls(log: Path, top: int = 3) -> dict[str, Any]:
             held.append(float(found.group(1)))
             places[f"task {found.group(2)!r} at {found.group(3)}"] += 1
     return {"count": len(held), "longest_s": max(held, default=0.0),
-            "seconds_in_all": round(sum(held), 2), "most_named": places.most_common(top)}
+            "seconds_in_all": round(sum(held), 2),
+            "most_named": [[place, n] for place, n in places.most_common(top)]}
 
 
 # --- the collector -------------------------------------------------------------------------

@@ -87,8 +87,10 @@ def test_the_stalls_the_watchdog_named_are_counted_from_the_log(tmp_path: Path) 
         "in all (by task 'blob-gc' at registry_service/blobs/gc.py:12 (page))\n")
     stalls = loop_stalls(log)
     assert stalls["count"] == 3 and stalls["longest_s"] == 1.5
-    assert stalls["most_named"][0] == ("task 'blob-gc' at registry_service/blobs/gc.py:12 "
-                                       "(page)", 2)
+    assert stalls["most_named"][0] == ["task 'blob-gc' at registry_service/blobs/gc.py:12 "
+                                       "(page)", 2]
+    # As JSON has it: a bench's document with a stall in it equals its --json-out.
+    assert json.loads(json.dumps(stalls)) == stalls
     assert loop_stalls(tmp_path / "missing.log")["count"] == 0
 
 
