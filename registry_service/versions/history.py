@@ -16,19 +16,15 @@ from sqlalchemy import Row, Text, bindparam, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.api.bounds import INT32_MAX, parse_bounded
-from registry_service.adapters.lookup import adapter_not_found
-from registry_service.adapters.models import Adapter
+from registry_service.adapters.lookup import visible_adapter_row
 from registry_service.auth.roles import Principal, Role
 from registry_service.errors import BadRequest
 from registry_service.versions.models import Version
 from registry_service.versions.refs import file_url
 
-# Built once, from the tables (Core, not ORM): composing the statements, and the ORM's
-# handling of their rows, each cost as much CPU as running them.
+# Built once, from the table (Core, not ORM): composing the statement, and the ORM's
+# handling of its rows, each cost as much CPU as running it.
 _V = Version.__table__.c
-_A = Adapter.__table__.c
-_ADAPTER = select(_A.id, _A.tenant_id, _A.base_model).where(
-    _A.name == bindparam("name"), _A.deleted_at.is_(None))
 # By adapter id, not joined to the adapter's name: the planner then walks the keyset
 # index backwards for any adapter, where the join sorted a hot adapter's whole history.
 _PAGE = (
@@ -53,9 +49,7 @@ async def history_page(session: AsyncSession, principal: Principal, name: str, *
         params["before"] = parse_bounded(cursor, low=1, high=INT32_MAX)
         if params["before"] is None:
             raise BadRequest("the cursor is not valid", code="invalid_cursor")
-    adapter = (await session.execute(_ADAPTER, {"name": name})).first()
-    if adapter is None or not principal.can_see(adapter.tenant_id):
-        raise adapter_not_found(name)
+    adapter = await visible_adapter_row(session, principal, name)
     params["adapter_id"] = adapter.id
     rows = list(await session.execute(_PAGE if cursor is None else _PAGE_BELOW, params))
     next_cursor = str(rows[limit - 1].number) if len(rows) > limit else None
