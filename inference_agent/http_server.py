@@ -1,12 +1,11 @@
-"""The agent's HTTP server: uvicorn, without its signal handlers and its 10 Hz poll.
+"""The agent's HTTP server: uvicorn, without its signal handlers and its timer.
 
 uvicorn's ``main_loop`` wakes every 100 ms to see whether it should exit (and every
-tenth wake refreshes the ``date`` header). An agent is one process per host, but a
-host crowded with processes, or the fan-out bench's hundred agents on two cores,
-pays for each wake-up beyond its few microseconds of work: caches cold after the
-switch (bench/agent_push_cpu.py counts an agent's wake-ups per push). Here the loop
-sleeps until told to exit, and the ``date`` header is made when a response asks for
-it (at most once a second), so an idle agent's server never wakes on a timer.
+tenth wake refreshes the ``date`` header). On a host crowded with processes each
+wake-up costs more than its own work: a switch onto a cold cache. Here the loop sleeps
+until told to exit, and the ``date`` header is made when a response asks for it (at
+most once a second), so an idle agent's server never wakes on a timer.
+Why: docs/decisions.md#the-agents-http-server-keeps-no-timer
 """
 
 from __future__ import annotations

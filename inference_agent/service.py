@@ -267,9 +267,8 @@ class Agent:
         except OSError as exc:
             raise AgentConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
         # create_server leaves the protocol number 0, so asyncio does not set TCP_NODELAY
-        # on accepted connections; without it a response's body waits ~40 ms for the
-        # client's delayed ACK (measured in bench/agent_proxy_overhead.py). Accepted
-        # sockets inherit the option from the listener.
+        # on accepted connections; without it a response's body waits for the client's
+        # delayed ACK (Nagle). Accepted sockets inherit the option from the listener.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound = sock.getsockname()
         shown = f"[{bound[0]}]" if family == socket.AF_INET6 else bound[0]

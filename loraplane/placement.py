@@ -28,7 +28,7 @@ def weight(agent_id: str, adapter: str) -> int:
 def owners(agents: Iterable[str], adapter: str, replicas: int | None) -> list[str]:
     """The agents that keep ``adapter`` hot, highest weight first.
 
-    ``replicas`` None means no placement: every agent owns it (today's behaviour).
+    ``replicas`` None means no placement: every agent owns it.
     Ties (equal weights) fall back to the agent id so every caller agrees.
     """
     unique = sorted(set(agents))

@@ -7,7 +7,7 @@ pins it, so the swap loads a new version before the alias flips to it and LRU ne
 evicts it; every other agent leaves it cold (the reconciler's ``_readiness``: the alias
 flips without a download) and fetches and loads it at its first request, unless it has
 it loaded. An adapter without the setting is never pinned by placement and every new
-version of it is fetched before the flip (the behaviour from before placement).
+version of it is fetched before the flip.
 
 An agent keeps at most ``slots`` owned adapters pinned: its ``--max-loaded`` minus one
 slot that stays free for on-demand loads, minus its ``--pin`` adapters. Pins are never
@@ -77,11 +77,11 @@ class Placement:
         ``seq`` (a fleet event's own, or a snapshot's ``event_seq``); whether taken.
 
         A list older than the one held is ignored: the relay may publish two fleet
-        events out of order (bench/fanout.py saw the 100-agent fleet's event published
-        7 s before the 99-agent one, and every agent ended on 99), and an adapter's
-        read may bring a newer fleet than the events not yet received. ``reset`` (a
-        full resync) takes the list whatever its ``seq``: the registry's history may
-        have restarted. ``seq`` None (no number known) takes it too."""
+        events out of order (a newer fleet of 100 published before the older fleet of 99
+        would leave every agent on 99), and an adapter's read may bring a newer fleet
+        than the events not yet received. ``reset`` (a full resync) takes the list
+        whatever its ``seq``: the registry's history may have restarted. ``seq`` None
+        (no number known) takes it too."""
         if seq is not None and seq < self._fleet_seq and not reset:
             return False
         if seq is not None:

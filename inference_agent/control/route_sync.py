@@ -5,8 +5,7 @@ registry numbers without gaps (``RouteChanged.route_revision``). Holding revisio
 a tenant, the agent applies r + 1 in place, ignores anything at or below r (a duplicate
 or a late arrival) and re-reads every rule on anything else: a gap means a change it
 did not see. Until that read lands, every event asks for a read too. Without revisions
-(an older registry, or before the first snapshot) every event asks for a read, as
-before.
+(an older registry, or before the first snapshot) every event asks for a read.
 
 A snapshot can be older than deltas already applied (a periodic resync read before
 they arrived): a tenant whose held revision is above the snapshot's keeps its own

@@ -220,12 +220,13 @@ class AdapterCache:
     def _evict(self, victim: str) -> None:
         """Take ``victim`` out of the loaded set and unload it from vLLM in the background.
 
-        The load that wants its slot does not wait for that unload: vLLM's names are only
-        a map to folders, its engine keeps ``--max-loras`` adapters in slots by its own LRU,
-        so the unload is bookkeeping that need not come first (bench/zipf_adapters.py:
-        it was one more call to a busy vLLM in every miss). A request for ``victim`` in the
-        meantime loads it again once the unload is done (``_await_unload``). An unload that
-        fails leaves a name in vLLM that nothing here uses; ``resync`` removes such strays.
+        The load that wants its slot does not wait for that unload: vLLM's names are
+        only a map to folders, its engine keeps ``--max-loras`` adapters in slots by its
+        own LRU, so the unload is bookkeeping that need not come first (waiting for it
+        would put one more call to a busy vLLM in every miss). A request for ``victim``
+        in the meantime loads it again once the unload is done (``_await_unload``). An
+        unload that fails leaves a name in vLLM that nothing here uses; ``resync``
+        removes such strays.
         """
         ref = self.active.pop(victim)
         self._metrics.cache_evictions.labels(self._metrics.adapter(ref.adapter)).inc()

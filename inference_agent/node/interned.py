@@ -1,12 +1,11 @@
 """The status report's entries, made once and shared by every report that lists them.
 
 An agent of a fleet lists every alias it routes and every version's tier: a couple of
-hundred entries at a hundred adapters, of which a push changes two or three. Building
-the report, each entry made again as a validated pydantic model, was about a sixth of
-an agent's busy samples per push (``bench/agent_push_cpu.py``, py-spy; the entries
-alone about a tenth). The entries are frozen models, so one
-instance may sit in any number of reports; two reports that list the same entries also
-compare equal by identity, which is what ``StatusReporter`` checks before it posts.
+hundred entries at a hundred adapters, of which a push changes two or three, so each
+entry is made (and validated) once, not once per report. The entries are frozen models,
+so one instance may sit in any number of reports; two reports that list the same entries
+also compare equal by identity, which is what ``StatusReporter`` checks before it posts.
+Why: docs/decisions.md#status-report-entries-are-made-once
 
 The tables are bounded: when one is full it is emptied and fills again with what the
 next reports list.

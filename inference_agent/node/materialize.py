@@ -43,8 +43,8 @@ Fill = Callable[[VersionRef, Path], Awaitable[Written]]
 STAGING = ".staging"
 COPY_CHUNK = 1 << 20
 # Versions up to this size are checked on the event loop: the check (a NaN/Inf scan at
-# hundreds of MB/s) takes about a millisecond, less than handing it to a worker thread
-# and back costs a crowded host (two more wake-ups; bench/agent_push_cpu.py).
+# hundreds of MB/s) costs less than handing it to a worker thread and back (two more
+# wake-ups on a crowded host).
 INLINE_CHECK_BYTES = 1 << 20
 
 
@@ -69,10 +69,9 @@ def _rename_into_place(staging: Path, final: Path, attempts: int = 3) -> None:
     """Rename ``staging`` to ``final``, making its adapter folder first.
 
     The disk cache's eviction removes empty adapter folders in a worker thread, so the
-    folder made here can vanish before the rename, which then fails with ENOENT
-    (bench/fanout.py: 12 of about 3,900 builds of a hundred agents starting at once,
-    each then retried after its backoff). The folder is made again and the rename
-    retried; a staging folder that is really gone still raises."""
+    folder made here can vanish before the rename, which then fails with ENOENT (seen when
+    a hundred agents start at once). The folder is made again and the rename retried; a
+    staging folder that is really gone still raises."""
     for attempt in range(attempts):
         make_dirs(final.parent)
         try:
@@ -146,8 +145,7 @@ class Materializer:
 
     def _list_folders(self) -> set[tuple[str, int]]:
         # Names only, no sizes. scandir's entries know their type from the directory
-        # listing, where Path.is_dir made a stat call per folder: three times the CPU
-        # for a hundred adapters on disk.
+        # listing; Path.is_dir would make a stat call per folder.
         found: set[tuple[str, int]] = set()
         with os.scandir(self.cache_dir) as adapters:
             for adapter_dir in adapters:
@@ -302,12 +300,11 @@ class Materializer:
         materialized right now are never removed, even if the cache stays over budget.
 
         It runs after every flip and drain: under budget by the running count, it
-        returns without walking the folders (that walk, a stat of every file, was a
-        seventh of an agent's CPU per push with a hundred adapters on disk:
-        bench/fanout.py). The count is kept exact for the folders built here, those
-        built while a walk runs included; ``recount`` walks anyway, to see what changed
-        on disk by other hands (the periodic resync asks for it, off the path of a
-        push: a walk every minute from here fell on every other push of a fleet).
+        returns without walking the folders (a stat of every file; why:
+        docs/decisions.md#the-disk-cache-is-walked-only-when-over-budget). The count is
+        kept exact for the folders built here, those built while a walk runs included;
+        ``recount`` walks anyway, to see what changed on disk by other hands (the
+        periodic resync asks for it, off the path of a push).
         """
         if not recount and self._bytes is not None and self._bytes <= self.max_bytes:
             return

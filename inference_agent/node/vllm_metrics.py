@@ -5,9 +5,8 @@ for vLLM's queue and KV-cache series. Asking vLLM at each of those scrapes would
 every picker's polling on vLLM's API server; instead the agent keeps the text of the
 families it passes on and asks vLLM again only when a scrape finds that copy older than
 ``interval_s``: one call to vLLM per ``interval_s`` however many pickers scrape, and
-none while nobody does. (It used to scrape vLLM every 0.25 s in the background, which
-was most of an idle agent's CPU: bench/agent_cost.py.) Concurrent scrapes that find the
-copy old share one call; the copy is taken once at start-up too.
+none while nobody does. Concurrent scrapes that find the copy old share one call; the
+copy is taken once at start-up too. Why: docs/decisions.md#vllms-metrics-are-copied-when-scraped
 
 A copy older than ``max_age_s`` (vLLM has not answered since) is dropped rather than
 served: stale queue lengths would steer requests to a server that may be gone.

@@ -2,11 +2,11 @@
 
 Every proxied request is a POST to one of two paths. Starlette's layers in front of
 such a request (its error middleware, the in-flight count, the exception middleware,
-the router's matching, the ``Request`` and the handler wrappers) were about 8% of the
-agent's CPU per request against a stand-in vLLM (``bench/proxy_cpu.py``); here those
-two paths go from the server to the proxy's handler with the body read and the
-headers wrapped once. Any other method or path, and the lifespan, go to the Starlette
-app, which still routes the two paths too (so a GET there is its 405).
+the router's matching, the ``Request`` and the handler wrappers) cost CPU on every
+request; here those two paths go from the server to the proxy's handler with the body
+read and the headers wrapped once. Any other method or path, and the lifespan, go to the
+Starlette app, which still routes the two paths too (so a GET there is its 405).
+Why: docs/decisions.md#the-generation-routes-skip-starlette
 
 Before a byte of the body is read, ``admit`` checks the request from its headers (the
 proxy's: shutting down, the inference token), so an unauthenticated client cannot make
@@ -15,7 +15,7 @@ the agent read or hold a body; then the body is read up to ``max_body_bytes`` (a
 A refusal made with the body unread closes the connection after it.
 
 An exception escaping the handler is the server's to answer (uvicorn answers 500 and
-logs it), as it was Starlette's error middleware's.
+logs it).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ vLLM's queue, KV-cache and cache-config series from the copy ``VllmMetricsMirror
 Rendering reads memory, and asks vLLM only when that copy is older than its interval.
 ``/metrics`` carries them after the agent's own metrics; ``MODEL_SERVER_METRICS_PATH``
 carries them alone, for a picker scraping many times a second (the agent's own
-histograms cost most of a ``/metrics`` render: bench/scrape_cost.py).
+histograms cost most of a ``/metrics`` render).
 
 ``vllm:lora_requests_info`` as the picker parses it: of the series of that family it
 takes the one with the highest value (vLLM sets it to the time of its update), splits

@@ -1,8 +1,8 @@
 """Finding the first NaN or Inf among little-endian IEEE floats, without numpy.
 
-numpy was the only reason the registry imported it, and importing it costs about 11 MiB
-of RSS in every registry and agent process (docs/benchmarks.md, upload memory). These
-checks run at C speed on ``bytes`` all the same.
+These checks run at C speed on ``bytes`` without importing numpy, which would cost every
+registry and agent process its memory for this alone.
+Why: docs/decisions.md#no-numpy-in-the-services
 
 A value is NaN or Inf when every bit of its exponent is set. In every float dtype that
 safetensors names, the exponent begins in the value's top byte and ends in it or in the

@@ -28,7 +28,7 @@ class Adapter(Base):
     # concurrent uploads get distinct numbers on both databases.
     last_version: Mapped[int] = mapped_column(Integer, default=0)
     # How many agents keep it hot (rendezvous placement); None: every agent that
-    # serves it, on demand, as before placement existed.
+    # serves it, on demand.
     replicas: Mapped[int | None] = mapped_column(Integer, default=None, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)

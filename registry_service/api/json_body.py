@@ -3,13 +3,12 @@
 FastAPI reads a model body with the standard library's ``json.loads`` and then validates
 the objects that made: two passes, and Python objects built only to be thrown away. An
 agent's status report (hundreds of entries, from every agent of a fleet at every push)
-is the body where that shows: ``bench/status_ingest.py`` put the two at about a sixth
-of the registry's CPU per report, and pydantic-core's own parser validates the same
-bytes in about two thirds of their time.
+is the body where that shows.
+Why: docs/decisions.md#request-bodies-are-validated-from-their-bytes
 
 The errors keep FastAPI's shape (``RequestValidationError``, each location under
-``body``), so the one handler in ``api/errors.py`` answers them as before, and the
-OpenAPI description keeps the body the route used to declare (``openapi_body``).
+``body``), so the one handler in ``api/errors.py`` answers them like any other, and the
+OpenAPI description still shows the route's body (``openapi_body``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""A botocore session that keeps its S3 model in 5 MiB less memory.
+"""A botocore session that keeps its S3 model in less memory.
 
 botocore parses every model file (the S3 API, its endpoint rules, partitions) into
 ``OrderedDict``s, and keeps every ``documentation`` string of the API (most of the file)
-for the life of the process. The registry's first S3 client cost it 13.9 MiB of RSS; this
-session's costs 8.8 MiB (docs/benchmarks.md, upload memory): plain dicts, which keep
-their order too, and the documentation emptied. Nothing at run time reads it: botocore
-only renders it into docstrings, on demand.
+for the life of the process. This session parses them into plain dicts, which keep their
+order too, with the documentation emptied. Nothing at run time reads it: botocore only
+renders it into docstrings, on demand.
+Why: docs/decisions.md#the-s3-clients-models-drop-their-documentation
 
 The loader is the one botocore makes (``create_loader``, with its search paths,
 ``AWS_DATA_PATH`` included, and its extras), registered the way botocore lets a

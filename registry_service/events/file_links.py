@@ -60,7 +60,7 @@ INLINE_MAX_BYTES = 4096
 INLINE_CACHE_ENTRIES = 256
 # The relay publishes while it reads: a store that is down or slow must not hold the
 # events back. A read gets this long, and after one fails none is tried for a while
-# (the events go out with URLs only, as before).
+# (the events go out with URLs only).
 INLINE_READ_TIMEOUT_S = 1.0
 INLINE_PAUSE_S = 30.0
 

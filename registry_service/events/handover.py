@@ -1,8 +1,8 @@
 """The relay's hand-over: rows a commit of this process hands over, published at once.
 
-A task of its own, so a commit's rows never wait behind the relay's claiming pass (its
-two or three transactions took ~100 ms on Postgres on a busy machine, measured by
-bench/relay_latency.py with commits back to back). While it publishes a batch, the
+A task of its own, so a commit's rows never wait behind the relay's claiming pass (two
+or three transactions; why: docs/decisions.md#a-commits-events-are-handed-to-the-relay).
+While it publishes a batch, the
 claiming pass leaves those rows alone (``busy``), so the two do not both send them (should
 a row slip through both, its ``Nats-Msg-Id`` makes the stream keep one copy).
 """

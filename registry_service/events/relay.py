@@ -13,20 +13,19 @@ that dies holding a claim loses it when the lease runs out, and another relay (o
 restarted one) publishes the rows again; the same ``Nats-Msg-Id`` lets the stream's
 duplicate window drop the copy.
 
-Order: one relay publishes its batch in ``seq`` order and stops at the first failure,
-so no row of a batch goes out before an earlier row of that batch. As before, replicas
-on Postgres publish disjoint batches side by side (agents treat events as hints).
+Order: one relay publishes its batch in ``seq`` order and stops at the first failure, so
+no row of a batch goes out before an earlier row of that batch. Replicas on Postgres
+publish disjoint batches side by side (agents treat events as hints).
 
 Hand-over (handover.py): a commit in this process hands its rows to the relay
 (``notify``), whose hand-over task publishes them at once: no claim transaction, and no
-wait for a claiming pass in progress, lies between a commit and the agents (measured by
-bench/relay_latency.py). Those rows are not claimed; only rows this process
-committed are handed, and only after their commit, so nothing goes out before it. Rows
-handed over before the relay has first connected wait for that connection. If
-their publish fails, they are left unpublished and the next pass claims them as any
-other; if this process dies first, another relay or the restarted one does. A replica
-polling at the same moment may publish a handed row too: the ``Nats-Msg-Id`` makes the
-stream keep one copy, as after a lost ack.
+wait for a claiming pass in progress, lies between a commit and the agents. Those rows
+are not claimed; only rows this process committed are handed, and only after their
+commit, so nothing goes out before it. Rows handed over before the relay has first
+connected wait for that connection. If their publish fails, they are left unpublished
+and the next pass claims them as any other; if this process dies first, another relay or
+the restarted one does. A replica polling at the same moment may publish a handed row
+too: the ``Nats-Msg-Id`` makes the stream keep one copy, as after a lost ack.
 """
 
 from __future__ import annotations
@@ -306,7 +305,7 @@ class EventRelay:
                 # A commit may have handed some over since the query was built.
                 rows = self._hand_over.claim(rows)
             if rows:
-                # One statement, not the ORM's flush of each row (20 ms of the loop).
+                # One statement, not the ORM's flush of each row (which held the loop).
                 await session.execute(
                     update(EventRow).where(EventRow.seq.in_([row.seq for row in rows]))
                     .values(claimed_by=self.identity, claimed_until=until)
@@ -352,7 +351,7 @@ class EventRelay:
 
     async def _signed(self, rows: Sequence[EventRow]) -> list[tuple[EventRow, bytes, str]]:
         """Each row's message and its signature, written and signed on a worker thread:
-        a batch of a hundred held the loop for about 10 ms."""
+        a batch of a hundred would hold the loop."""
         if self._linker is None:
             documents = [event_json(row) for row in rows]
         else:
@@ -370,8 +369,8 @@ class EventRelay:
         now = utcnow()
         async with self._db.session() as session:
             for start in range(0, len(acked), STEP_ROWS):
-                # A step at a time: a hundred rows in one ``executemany`` held the loop
-                # for about 30 ms.
+                # A step at a time: a hundred rows in one ``executemany`` would hold
+                # the loop.
                 await session.execute(update(EventRow), [
                     {"seq": a.seq, "stream_seq": a.stream_seq, "published_at": now,
                      "claimed_by": None, "claimed_until": None}

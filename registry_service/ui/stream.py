@@ -1,13 +1,12 @@
 """The page's live feed: server-sent events from one shared poll of the registry's state.
 
-Every open stream used to look on its own, each second: 100 streams of one token took
-28% of a core with two agents. Now one reader task per registry process looks once per
-tick for every stream (``StreamHub``): one query checks every stream's token again (a
-revoked token ends its stream), one read of the fleet is cut into each stream's tenant,
-and one events mark is read per tenant with a stream open. Each stream is sent only what
-changed for it: an idle page receives nothing but pings. A token may hold at most
-``ui_max_streams_per_token`` streams on one process; one more is refused with 429
-``too_many_streams``.
+One reader task per registry process looks once per tick for every open stream
+(``StreamHub``), instead of one poll per stream: one query checks every stream's token
+again (a revoked token ends its stream), one read of the fleet is cut into each stream's
+tenant, and one events mark is read per tenant with a stream open. Each stream is sent
+only what changed for it: an idle page receives nothing but pings. A token may hold at
+most ``ui_max_streams_per_token`` streams on one process; one more is refused with 429
+``too_many_streams``. Why: docs/decisions.md#one-reader-for-every-ui-live-stream
 
 Polling, not the relay's in-process hook, so a page sees the changes made through every
 replica of the registry.
