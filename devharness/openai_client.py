@@ -27,7 +27,7 @@ RETRY_OVER_HTTP: tuple[type[Exception], ...] = (
 
 # Under uvicorn's 5 s keep-alive, which vLLM keeps: with httpx's default of 5 s too, a
 # connection idle that long is reused just as the server closes it, and the request on
-# it fails (a ReadError in bench/agent_proxy_overhead.py, on the path straight to vLLM).
+# it fails (a ReadError).
 KEEPALIVE_EXPIRY_S = 3.0
 
 

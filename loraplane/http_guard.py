@@ -3,8 +3,8 @@
 uvicorn (0.54) has no timeout for a request's head: its keep-alive timer starts only
 after a response and stops at the first byte of the next request, so a client that
 sends half a request line and then nothing holds its connection, and a file descriptor,
-for as long as it likes (issue 35, High 2: 20,000 of them exhausted the agent's
-descriptors). Its ``limit_concurrency`` answers 503 only once a request's head is in,
+for as long as it likes, and enough of them exhaust the process's descriptors (issue
+35). Its ``limit_concurrency`` answers 503 only once a request's head is in,
 which such a client never sends. ``GuardedProtocol`` adds both:
 
 - **A header timeout.** A connection must send a whole request head within

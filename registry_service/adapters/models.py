@@ -1,3 +1,5 @@
+"""The ``adapters`` table."""
+
 from __future__ import annotations
 
 from datetime import datetime

@@ -1,3 +1,6 @@
+"""``/v1/adapters``: create, list, show, update and delete adapters, each route one call of
+``service``."""
+
 from __future__ import annotations
 
 from typing import Annotated

@@ -1,3 +1,5 @@
+"""The ``aliases`` table and the record of every move (``alias_moves``)."""
+
 from __future__ import annotations
 
 from datetime import datetime

@@ -1,3 +1,6 @@
+"""``/v1/adapters/{name}/aliases``: move, remove and roll back an alias, and read its
+history, each route one call of ``service``."""
+
 from __future__ import annotations
 
 from typing import Annotated

@@ -1,3 +1,6 @@
+"""Blob bookkeeping in the database: upload leases (``blob_leases``) and the blobs each
+version names (``version_blobs``)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -1,3 +1,5 @@
+"""``POST /v1/admin/blob-gc``: a pass of the blob collector on demand."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter

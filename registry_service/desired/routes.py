@@ -1,3 +1,6 @@
+"""``GET /v1/desired``: the snapshot an agent reconciles against before it follows the
+stream."""
+
 from __future__ import annotations
 
 from typing import Annotated

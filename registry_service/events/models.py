@@ -1,3 +1,5 @@
+"""The ``events`` table: the transactional outbox and the audit log in one."""
+
 from __future__ import annotations
 
 from datetime import datetime

@@ -102,8 +102,8 @@ class EventRelay:
         hand_over: bool = True, linker: FileLinker | None = None,
         signer: EventSigner | None = None,
     ) -> None:
-        """``hand_over`` False: every row waits for a claiming pass (the design before
-        the hand-over, kept for bench/relay_latency.py to compare against). ``signer``
+        """``hand_over`` False: every row waits for a claiming pass, with no hand-over
+        task (a baseline to measure the hand-over against). ``signer``
         signs every message (agents refuse unsigned ones); None: a key of this relay's
         own, which only agents told its public key accept (tests)."""
         self._db = db

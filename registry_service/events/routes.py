@@ -1,3 +1,5 @@
+"""``/v1/events``: the audit log, and the public keys agents verify published events with."""
+
 from __future__ import annotations
 
 from typing import Annotated

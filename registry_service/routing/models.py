@@ -1,3 +1,5 @@
+"""The ``routing_rules`` table."""
+
 from __future__ import annotations
 
 from datetime import datetime

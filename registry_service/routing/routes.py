@@ -1,3 +1,6 @@
+"""``/v1/routes``: list, set and delete a tenant's routing rules, each route one call of
+``service``."""
+
 from __future__ import annotations
 
 from typing import Annotated

@@ -1,3 +1,5 @@
+"""The ``tenants`` table: a tenant's name and the revision of its routing rules."""
+
 from __future__ import annotations
 
 from datetime import datetime

@@ -1,3 +1,6 @@
+"""Tenants are made when first named (by an adapter or a token created for them), never
+twice under one name."""
+
 from __future__ import annotations
 
 from sqlalchemy import select

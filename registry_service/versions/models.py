@@ -1,3 +1,5 @@
+"""The ``versions`` table: one immutable row per distinct content of an adapter."""
+
 from __future__ import annotations
 
 from datetime import datetime

@@ -1,3 +1,6 @@
+"""``/v1/adapters/{name}/versions``: upload, list and show versions, and download their
+files. An upload's body streams in (``UploadBody``), never parsed by FastAPI."""
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
