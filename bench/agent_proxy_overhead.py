@@ -13,11 +13,6 @@ agent loads it. Every window sends the same completions along one path:
 - ``relay`` and ``nginx`` (``--floor-proxies``, ``bench/proxy_floor.py``): a byte relay
   on uvloop and nginx, each in front of the same vLLM, sent vLLM's name for the adapter:
   what one more hop costs here with no HTTP work in Python at all, and through a C proxy;
-- ``vllm (base)``, ``app (base)`` and ``bare (base)`` (``--base-paths``,
-  ``bench/proxy_base_paths.py``): the base model straight from vLLM, through the agent's
-  proxy app alone under its HTTP server, and through the same proxy behind a bare
-  protocol; the last two compared with ``vllm (base)``: what the HTTP server's layers
-  cost in front of vLLM, and the most a front door could give this proxy's Python.
 
 Workloads: ``short`` (max_tokens 1, so the proxy's share shows), ``long-prompt``
 (max_tokens 1 after a prompt of ``--long-prompt-chars``), ``long`` (128 tokens) and
@@ -58,20 +53,17 @@ from bench.agent_setup import (
     pin_cpus,
     wait_served,
 )
+from bench.commits import CommitAgentProcess
 from bench.common import GaugeSampler, cpu_seconds, git_commit, write_json
-from bench.proxy_base_paths import BaseProxy, base_proxies
-from bench.proxy_cpu import BASE, TOKEN
+from bench.profiling import profile_summary, recording
 from bench.proxy_floor import FloorProxy, floor_proxies
 from bench.proxy_stats import (
-    BASE_DIRECT,
     DIRECT,
     Window,
     commit_line,
-    process_of,
     render,
     summarize,
 )
-from bench.proxy_variants import CommitAgentProcess, profile_agent
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
 from devharness.testbed import E2E_TENANT, AgentProcess, Testbed
 from devharness.waiting import eventually
@@ -105,7 +97,6 @@ class Target:
     client: OpenAIClient
     model: str | None
     headers: Mapping[str, str] | None = None
-    streams: bool = True  # False: sits out streamed workloads (the bare front door)
 
 
 @dataclass(frozen=True)
@@ -218,7 +209,7 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
 
 async def setup_targets(testbed: Testbed, stack: contextlib.AsyncExitStack,
                         extra: Mapping[str, AgentProcess], names: Names,
-                        floors: list[FloorProxy], bases: list[BaseProxy]) -> list[Target]:
+                        floors: list[FloorProxy]) -> list[Target]:
     """Publish the adapter and the routing rule; a target per path, each serving it."""
     api = await stack.enter_async_context(
         AsyncRegistryClient(testbed.registry.url, testbed.registry.admin_token, timeout_s=120))
@@ -239,11 +230,6 @@ async def setup_targets(testbed: Testbed, stack: contextlib.AsyncExitStack,
     for floor in floors:  # no routing: vLLM's own name, as on the direct path
         client = await stack.enter_async_context(OpenAIClient(floor.url))
         targets.append(Target(floor.name, client, names.version_name))
-    if bases:
-        targets.append(Target(BASE_DIRECT, vllm, BASE))
-    for proxy in bases:
-        client = await stack.enter_async_context(OpenAIClient(proxy.url, token=TOKEN))
-        targets.append(Target(proxy.name, client, BASE, streams=proxy.streams))
     return targets
 
 
@@ -260,27 +246,26 @@ async def wait_rule(client: OpenAIClient, headers: Mapping[str, str], served: st
 
 async def measure(testbed: Testbed, args: argparse.Namespace,
                   extra: Mapping[str, AgentProcess], names: Names,
-                  floors: list[FloorProxy], bases: list[BaseProxy]) -> list[Window]:
+                  floors: list[FloorProxy]) -> list[Window]:
     agents = {"agent": testbed.agents["a"], **extra}
     pids = {name: agent.process.pid for name, agent in agents.items()
             if agent.process.pid is not None}
     pids.update({floor.name: floor.pid for floor in floors})
-    pids.update({process_of(proxy.name): proxy.pid for proxy in bases})
     metrics_url = f"{testbed.vllms['a'].url}/metrics"
     async with contextlib.AsyncExitStack() as stack:
-        targets = await setup_targets(testbed, stack, extra, names, floors, bases)
+        targets = await setup_targets(testbed, stack, extra, names, floors)
         windows: list[Window] = []
         for work in workloads(args):
-            paths = [t for t in targets if t.streams or not work.stream]
             for concurrency in args.concurrency:
-                windows += await measure_cell(paths, work, concurrency, args.rounds, pids,
+                windows += await measure_cell(targets, work, concurrency, args.rounds, pids,
                                               metrics_url)
                 print(f"  {work.name}, concurrency {concurrency}: done", file=sys.stderr)
         if args.py_spy is not None:
             work = workloads(args)[0]
-            with profile_agent(pids["agent"], args.py_spy):
+            with recording({pids["agent"]: args.py_spy}, idle=False):
                 await run_window(targets[1], work, Window("agent", work.name, 1, 0), {},
                                  metrics_url)
+            print(profile_summary(args.py_spy), file=sys.stderr)
         return windows
 
 
@@ -302,10 +287,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--floor-proxies", action="store_true",
                         help="also measure a byte relay on uvloop and nginx in front of "
                              "vLLM (bench/proxy_floor.py; nginx from ./scripts/ci-tools.sh)")
-    parser.add_argument("--base-paths", action="store_true",
-                        help="also measure the base model straight from vLLM, through the "
-                             "agent's proxy app under its HTTP server, and through the "
-                             "same proxy behind a bare protocol (bench/proxy_base_paths.py)")
     parser.add_argument("--py-spy", dest="py_spy", type=Path, default=None, metavar="FILE",
                         help="profile the agent under one more (untimed) short window "
                              "with py-spy (on PyPI) and write its raw stacks to FILE")
@@ -356,10 +337,8 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
             extra[f"agent@{process.commit[:10]}"] = process
         floors = stack.enter_context(floor_proxies(testbed.vllms["a"].url, work / "floor")) \
             if args.floor_proxies else []
-        bases = stack.enter_context(base_proxies(testbed.vllms["a"].url, work / "base")) \
-            if args.base_paths else []
         with MachineLoad() as load:
-            windows = asyncio.run(measure(testbed, args, extra, names, floors, bases))
+            windows = asyncio.run(measure(testbed, args, extra, names, floors))
     return {"benchmark": "agent_proxy_overhead", "commit": commit, "machine": load.summary,
             "agent_log_level": args.agent_log_level, "args": {
                 k: str(v) if isinstance(v, Path) else sorted(v) if isinstance(v, set) else v

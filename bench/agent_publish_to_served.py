@@ -14,7 +14,7 @@ sequential: the next starts once the old version was unloaded.
 Each push is cut into parts on one timeline that add up to the total (see
 ``bench/publish_timeline.py`` for the marks). ``--py-spy DIR`` records the registry's
 and the agent's stacks for the whole run and dumps both while any push is slower than
-``--stall-ms`` (``bench/stacks.py``). Prerequisites as for the other benchmarks, plus the
+``--stall-ms`` (``bench/profiling.py``). Prerequisites as for the other benchmarks, plus the
 vLLM venv (``bash scripts/vllm/install.sh``).
 
     .venv/bin/python -m bench.agent_publish_to_served --pushes 200
@@ -54,14 +54,13 @@ from bench.agent_setup import (
     materialized,
     mean_event_delay,
     pin_cpus,
-    renice,
     stage_totals,
     wait_served,
 )
 from bench.common import git_commit, table
+from bench.profiling import StallDumps, recording, require_py_spy
 from bench.publish_timeline import COLUMNS, Push, cells, slowest, slowest_requests, summarize
 from bench.sched_probe import PushProbe, SchedProbe, named, tree
-from bench.stacks import StallDumps, recording, require_py_spy
 from devharness.adapters import ATTENTION_MODULES, make_adapter
 from devharness.openai_client import OpenAIClient
 from devharness.testbed import E2E_TENANT, AgentProcess, Testbed, metric
@@ -271,10 +270,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "them while a push is slower than --stall-ms")
     parser.add_argument("--stall-ms", type=float, default=400.0,
                         help="with --py-spy: dump stacks once a push takes longer (400)")
-    parser.add_argument("--nice-vllm", type=int, default=None, metavar="N",
-                        help="run vLLM (all its processes and threads) at niceness N: "
-                             "what the push costs when vLLM's CPU engine does not crowd "
-                             "loraplane's processes out of the machine's cores")
     parser.add_argument("--vllm-cpus", type=cpu_list, default=None, metavar="LIST",
                         help="keep vLLM (all its processes and threads) on these CPUs, "
                              "e.g. 1: what the push costs when the model's compute is off "
@@ -285,8 +280,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.pushes < 1 or args.warmup < 0 or args.probers < 1 or args.stall_ms <= 0:
         parser.error("--pushes, --probers and --stall-ms must be positive, "
                      "--warmup not negative")
-    if args.nice_vllm is not None and not 0 <= args.nice_vllm <= 19:
-        parser.error("--nice-vllm must be in 0..19")
     if args.py_spy is not None:
         require_py_spy()
     return args
@@ -303,11 +296,9 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
     """Measure on ``testbed`` (its agent ``a``) with a new adapter named ``adapter``."""
     commit = git_commit()  # before measuring: what this run's code was
     folders = make_folders(work / "adapters", 1 + args.warmup + args.pushes)
-    niced = pinned = None
+    pinned = None
     pid = testbed.vllms["a"].pid
     assert pid is not None
-    if args.nice_vllm is not None:
-        niced = renice(pid, args.nice_vllm)
     if args.vllm_cpus is not None:
         pinned = pin_cpus(pid, args.vllm_cpus)
     agent = testbed.agents["a"].process
@@ -316,7 +307,8 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
         if args.py_spy is not None:
             pids = {"registry": testbed.registry.process.pid, "agent": agent.pid}
             procs = {k: v for k, v in pids.items() if v is not None}
-            stack.enter_context(recording(procs, args.py_spy))
+            stack.enter_context(recording({pid: args.py_spy / f"{name}.txt"
+                                           for name, pid in procs.items()}))
             stalls = StallDumps(procs, args.py_spy / "stalls.txt",
                                 after_s=args.stall_ms / 1000)
         registry_before = testbed.registry.metrics()
@@ -336,7 +328,6 @@ def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,
                    file_fetches=fetched, registry_mean_ms=served)
     return {"benchmark": "agent_publish_to_served", **commit, "machine": load.summary,
             "database": "sqlite" if args.sqlite else "postgres", "summary": summary,
-            "vllm_niceness": args.nice_vllm, "vllm_threads_reniced": niced,
             "vllm_cpus": sorted(args.vllm_cpus or []), "vllm_threads_pinned": pinned,
             "pushes": [asdict(p) for p in pushes]}
 
@@ -358,8 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"slowest: {json.dumps(summary['slowest'])}")
     print(f"slowest push requests, inside: {json.dumps(summary['slowest_requests'])}")
     print(f"machine: {document['machine']}; database {document['database']}; vLLM "
-          f"niceness {document['vllm_niceness']} ({document['vllm_threads_reniced']} threads), "
-          f"CPUs {document['vllm_cpus'] or 'all'} ({document['vllm_threads_pinned']} threads)")
+          f"on CPUs {document['vllm_cpus'] or 'all'} ({document['vllm_threads_pinned']} threads)")
     print(f"commit {document['commit']}{' (dirty)' if document['dirty'] else ''}")
     text = json.dumps(document, indent=2)
     if args.json_out is not None:

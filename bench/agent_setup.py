@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import re
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,15 +24,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import REPO, busy_share, cpu_counters, machine_summary, percentile
+from bench.common import busy_share, cpu_counters, machine_summary, percentile
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
-from devharness.processes import loraplane_command
 from devharness.services import PostgresDatabase, start_s3_and_nats
-from devharness.testbed import AgentProcess, Testbed, metric, running_testbed
+from devharness.testbed import Testbed, metric, running_testbed
 from devharness.vllm import ensure_tiny_model, ensure_vllm_env
 from devharness.waiting import eventually
 from inference_agent.metrics import STAGES
-from loraplane.process import ChildProcess
 
 ADAPTER = "bench"
 BASE_MODEL = "tiny-llama"
@@ -55,7 +52,6 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
                   agent_settings: Mapping[str, str] | None = None,
                   max_model_len: int = 2048, hosts: Sequence[str] = ("a",),
                   model_dir: Path | None = None, max_lora_rank: int = 16,
-                  vllm_env: Mapping[str, str] | None = None,
                   sqlite: bool = False) -> Iterator[Testbed]:
     """The testbed, one host (``a``) unless ``hosts`` names more, each with its vLLM and
     agent; needs the vLLM venv (scripts/vllm/install.sh). ``model_dir`` (with ``base/``)
@@ -81,7 +77,7 @@ def bench_testbed(work: Path, *, max_loras: int, max_loaded: int,
         testbed = stack.enter_context(running_testbed(
             work / "testbed", model_dir=model, vllm_python=python, database_url=database_url,
             nats=nats, s3=s3, hosts=hosts, max_loras=max_loras, max_loaded=max_loaded,
-            max_model_len=max_model_len, max_lora_rank=max_lora_rank, vllm_env=vllm_env,
+            max_model_len=max_model_len, max_lora_rank=max_lora_rank,
             agent_settings={h: settings for h in hosts},
             registry_settings={"event_file_urls": "on"}))
         yield testbed
@@ -115,14 +111,6 @@ def each_thread(pid: int, apply: Callable[[int], object]) -> int:
     return done
 
 
-def renice(pid: int, niceness: int) -> int:
-    """Give ``pid``, its descendants and all their threads ``niceness``; how many threads.
-
-    Linux applies a niceness per thread, and vLLM's engine and worker are processes
-    below its API server, each with threads of their own."""
-    return each_thread(pid, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, niceness))
-
-
 def pin_cpus(pid: int, cpus: set[int]) -> int:
     """Keep ``pid``, its descendants and all their threads on ``cpus``; how many threads.
 
@@ -141,18 +129,6 @@ def cpu_list(text: str) -> set[int]:
         raise argparse.ArgumentTypeError(
             f"CPUs {sorted(cpus)} are not all among {sorted(os.sched_getaffinity(0))}")
     return cpus
-
-
-class NodelayAgentProcess(AgentProcess):
-    """An agent run through ``bench/agent_nodelay.py`` (TCP_NODELAY on its listener)."""
-
-    def _process(self) -> ChildProcess:
-        flags = self.spec.argv(self.port)[len(loraplane_command()):]
-        env = {**self.spec.env(), "PYTHONPATH": str(REPO)}
-        return ChildProcess(self.spec.agent_id,
-                            [sys.executable, "-m", "bench.agent_nodelay", *flags],
-                            env=env, log_path=self.log_dir / f"{self.spec.agent_id}.log",
-                            own_group=True)
 
 
 async def wait_served(client: OpenAIClient, model: str, version_name: str,

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.agent_reports import post, status
 from bench.common import percentile
-from bench.status_ingest import post, status
 
 GC_RUNNING = "loraplane_registry_blob_gc_running"
 GC_EXAMINED = "loraplane_registry_blob_gc_blobs_examined_total"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import math
 import os
@@ -21,8 +19,6 @@ from typing import Any, Self
 import httpx
 
 from devharness.processes import http_probe
-from devharness.services import PostgresDatabase, start_s3_and_nats
-from devharness.testbed import RegistryProcess, S3Bucket
 from loraplane.netutil import free_port
 from loraplane.process import ChildProcess
 
@@ -59,15 +55,6 @@ def reset_peak_rss(pid: int) -> bool:
     except OSError:
         return False
     return True
-
-
-def proc_io(pid: int | str) -> dict[str, int]:
-    """/proc/<pid>/io: ``rchar``/``wchar`` count every read/write call (files and sockets)."""
-    try:
-        text = Path(f"/proc/{pid}/io").read_text()
-    except OSError:
-        return {}
-    return {k: int(v) for k, v in (line.split(": ") for line in text.splitlines())}
 
 
 def cpu_seconds(pid: int | str) -> float | None:
@@ -379,17 +366,3 @@ def running_registry(data_dir: Path, settings_env: dict[str, str], *,
         yield registry
 
 
-def registry_alone(stack: contextlib.ExitStack, work: Path, bucket: str) -> RegistryProcess:
-    """``loraplane registry serve`` on a fresh Postgres database, SeaweedFS and a
-    ``nats-server``, each a process of its own, started and migrated; ``stack`` stops
-    them and drops the database. Returns the ``RegistryProcess``."""
-    s3, nats = start_s3_and_nats(stack, work)
-    database = PostgresDatabase()
-    asyncio.run(database.create())
-    stack.callback(lambda: asyncio.run(database.drop()))
-    registry = RegistryProcess(work / "registry", database_url=database.url,
-                               nats_url=nats.url, blobs=S3Bucket(s3, bucket))
-    registry.migrate()
-    stack.callback(registry.stop)
-    registry.start()
-    return registry

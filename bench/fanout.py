@@ -25,16 +25,12 @@ unloading), once every live agent has its owned adapters loaded and has reported
 
     .venv/bin/python -m bench.fanout --steps 25,50,100 --placed 100 --replicas 2 --change 10
 
-Last, **the floor** (``bench/fanout_floor.py``): as many bare processes as the largest
-fleet, each receiving one NATS message and making one HTTP request, timed the same way:
-what this machine takes to wake that many processes at all.
-
 **Two versions in one run** (``--also-commit REV``, ``bench/fanout_versus.py``): every
 other agent runs commit REV's code (``git archive``) against this checkout's registry;
 each push is then summed up per version (loaded and reported p50, p99 and max, the
 agents' CPU per agent), and at the end the per-push ratios this checkout / REV.
 
-    .venv/bin/python -m bench.fanout --steps 100,100,100 --change 0 --floor-rounds 0 \
+    .venv/bin/python -m bench.fanout --steps 100,100,100 --change 0 \
         --also-commit HEAD
 
 ``tests/bench/test_fanout.py`` runs a small version (8 agents) in CI.
@@ -59,9 +55,8 @@ import asyncpg
 
 from bench.common import git_commit, machine_summary, percentile
 from bench.fanout_fleet import BASE_MODEL, Fleet, agent_reports, requests_by_route, running_fleet
-from bench.fanout_floor import measure as floor
-from bench.fanout_profile import inclusive, profiled
 from bench.fanout_versus import push_groups, render, versus
+from bench.profiling import inclusive, recording
 from bench.sched_probe import SchedProbe, difference, machine_busy_s
 from devharness.adapters import make_adapter
 from devharness.testbed import metric
@@ -139,9 +134,7 @@ async def reported_by(fleet: Fleet, agents: Sequence[str], name: str,
 
     Looked for 20 times a second on one connection, asking only for the rows of agents
     still missing that changed since the push: the watch shares the two cores with the
-    fleet it measures. It used to open a connection per look and read and parse every
-    agent's whole report (a hundred of about 18 KB each) each time, about 25 ms of CPU
-    a look, which the fleet then waited for (docs/benchmarks.md, fan-out run K).
+    fleet it measures, so it must cost next to nothing (0.2 ms a look).
     """
     seen: dict[str, float] = {}
     after = datetime.fromtimestamp(since, UTC)
@@ -166,10 +159,11 @@ async def push_once(fleet: Fleet, api: AsyncRegistryClient, folder: Path,
                     profile: int = 0) -> PushResult:
     """One push; with ``profile``, py-spy on that many agents through it."""
     pids = [p for a in fleet.live()[:profile] if (p := fleet.agents[a].process.pid)]
-    with profiled(pids, fleet.work / "profiles") as outputs:
+    outputs = {pid: fleet.work / "profiles" / f"agent-{pid}.txt" for pid in pids}
+    with recording(outputs, idle=False):
         result = await _push(fleet, api, folder)
     if profile:
-        result.profile = inclusive(outputs)
+        result.profile = inclusive(list(outputs.values()))
     return result
 
 
@@ -397,7 +391,7 @@ async def prepare(fleet: Fleet, api: AsyncRegistryClient, work: Path, placed: in
 
 
 async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
-              change: int, floor_rounds: int = 5, profile: int = 0,
+              change: int, profile: int = 0,
               also: str | None = None) -> dict[str, Any]:
     """``change`` 0: no fleet change; ``also``: every other agent runs commit ``also``."""
     result: dict[str, Any] = {"machine": machine_summary(), **git_commit(),
@@ -437,11 +431,6 @@ async def run(work: Path, *, steps: Sequence[int], placed: int, replicas: int,
     if also is not None:
         result["also_commit"]["agents"] = sorted(fleet.old_agents)
         result["versus"] = versus([p["by_group"] for p in result["pushes"]])
-    if floor_rounds:
-        # After the fleet stopped: as many bare processes as the largest fleet.
-        result["floor"] = await floor(work / "floor", processes=max(steps),
-                                      rounds=floor_rounds)
-        print(json.dumps(result["floor"]), flush=True)
     return result
 
 
@@ -454,8 +443,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--replicas", type=int, default=2, help="replicas of each of them")
     parser.add_argument("--change", type=int, default=10,
                         help="agents stopped, then started (0: no fleet change)")
-    parser.add_argument("--floor-rounds", type=int, default=5,
-                        help="rounds of the floor measurement (0: none)")
     parser.add_argument("--py-spy", dest="profile", type=int, default=0, metavar="N",
                         help="profile N agents with py-spy through the last push")
     parser.add_argument("--also-commit", dest="also", metavar="REV",
@@ -470,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="fanout-", dir=args.work_dir) as tmp:
         result = asyncio.run(run(Path(tmp), steps=steps, placed=args.placed,
                                  replicas=args.replicas, change=args.change,
-                                 floor_rounds=args.floor_rounds, profile=args.profile,
+                                 profile=args.profile,
                                  also=args.also))
     result["machine_end"] = machine_summary()
     text = json.dumps(result, indent=2, default=str)

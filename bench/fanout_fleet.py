@@ -2,7 +2,7 @@
 stand-in for vLLM (``devharness/vllm_standin.py``) listening on one port per agent, and
 up to a hundred real ``loraplane agent`` processes, each pointed at its own port.
 With ``also`` (``bench/fanout.py --also-commit REV``), every other agent runs the code
-of commit REV (``git archive``, ``bench/proxy_variants.py``), the rest this checkout's.
+of commit REV (``git archive``, ``bench/commits.py``), the rest this checkout's.
 
 Everything is a process of its own, stopped (and the database dropped) on exit. The
 agents' reports are read straight from the registry's database, so watching them costs
@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,9 @@ import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.commits import CommitAgentProcess, archive
 from bench.common import REPO, proc_meminfo_kb
 from bench.fanout_versus import LABELS, NEW, OLD, cpu_group
-from bench.proxy_variants import CommitAgentProcess, archive
 from bench.sched_probe import named
 from devharness.processes import clean_env, http_probe
 from devharness.services import NatsService, PostgresDatabase, start_s3_and_nats
@@ -315,11 +314,6 @@ def _sum_key(name: str, labels: dict[str, str]) -> str | None:
             if name == f"{prefix}_{part}":
                 return f"{stage} {part}"
     return None
-
-
-def seen_at(report: dict[str, Any]) -> float:
-    value: datetime = report["_seen"]
-    return value.timestamp()
 
 
 def requests_by_route(metrics_text: str) -> dict[str, float]:

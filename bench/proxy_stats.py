@@ -16,7 +16,6 @@ from typing import Any
 from bench.common import percentile, table
 
 DIRECT = "vllm"
-BASE_DIRECT = "vllm (base)"  # vLLM itself for the base model (agent_proxy_overhead --base-paths)
 
 
 @dataclass
@@ -110,16 +109,9 @@ def rps_ratio_rounds(cell: list[Window], mine: str, base: str) -> list[float]:
     return [r[mine] / r[base] for r in rates.values() if r.get(base) and mine in r]
 
 
-def baseline_of(target: str) -> str:
-    """The direct path a path is compared with: a base-model path through a proxy with
-    vLLM's base model, every other path with vLLM's adapter."""
-    return BASE_DIRECT if target.endswith(" (base)") else DIRECT
-
-
 def cell_row(cell: list[Window], agent: str) -> dict[str, Any]:
     """One path through an agent against vLLM directly, in one cell."""
-    baseline = baseline_of(agent)
-    base_windows = [w for w in cell if w.target == baseline]
+    base_windows = [w for w in cell if w.target == DIRECT]
     mine_windows = [w for w in cell if w.target == agent]
     base, mine = _pooled(base_windows), _pooled(mine_windows)
     ratios, added = _per_round(mine_windows, base_windows)
@@ -133,7 +125,6 @@ def cell_row(cell: list[Window], agent: str) -> dict[str, Any]:
     seconds = sum(w.seconds for w in mine_windows)
     return {
         "workload": cell[0].workload, "concurrency": cell[0].concurrency, "target": agent,
-        "baseline": baseline,
         "rounds": len(ratios), "rps": mine["rps"], "vllm_rps": base["rps"],
         "rps_ratio_mean": ratio, "rps_ratio_ci95": ratio_ci,
         "rps_ratio_pooled": mine["rps"] / base["rps"],
@@ -157,13 +148,12 @@ def cell_row(cell: list[Window], agent: str) -> dict[str, Any]:
 
 
 def summarize(windows: list[Window]) -> list[dict[str, Any]]:
-    """A row per path through a proxy in each cell (a path may sit out a cell: the bare
-    front door answers no streams); the direct paths are the rows' baselines."""
+    """A row per path through a proxy in each cell, each against vLLM directly."""
     rows = []
     cells = dict.fromkeys((w.workload, w.concurrency) for w in windows)
     for workload, concurrency in cells:
         cell = [w for w in windows if w.workload == workload and w.concurrency == concurrency]
-        agents = dict.fromkeys(w.target for w in cell if w.target not in (DIRECT, BASE_DIRECT))
+        agents = dict.fromkeys(w.target for w in cell if w.target != DIRECT)
         rows += [cell_row(cell, agent) for agent in agents]
     return rows
 

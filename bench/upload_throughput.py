@@ -37,7 +37,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -66,6 +65,7 @@ from bench.common import (
     running_registry,
     table,
 )
+from bench.profiling import inclusive, recording, require_py_spy
 
 ADMIN_TOKEN = "lp_bench-upload-admin-token-0123456789"
 BUCKET = "bench-registry"
@@ -320,31 +320,6 @@ def raw_upload(svc: Services, registry: Registry, weights: Path, run: int,
                   healthz_ms=healthz.summary(since=report["start_monotonic"]))
 
 
-def py_spy_binary() -> Path:
-    return Path(sys.executable).parent / "py-spy"
-
-
-@contextmanager
-def py_spy(pid: int, output: Path | None) -> Iterator[None]:
-    """Sample the registry's Python stacks (raw collapsed format) while the block runs."""
-    if output is None:
-        yield
-        return
-    spy = subprocess.Popen([str(py_spy_binary()), "record", "-p", str(pid), "-o", str(output),
-                            "--format", "raw", "-r", "100", "--threads", "--nonblocking"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # attached before the upload starts
-    try:
-        yield
-    finally:
-        spy.send_signal(signal.SIGINT)
-        try:
-            spy.wait(60)
-        except subprocess.TimeoutExpired:
-            spy.kill()
-            spy.wait()
-
-
 def check_bucket_and_clear(svc: Services, files: list[dict[str, Any]]) -> None:
     """The bucket holds exactly the version's blobs (no temporary object, no multipart
     upload left open); then they go, so the next upload stores them again."""
@@ -370,8 +345,10 @@ def registry_upload(svc: Services, registry: Registry, adapter: Path, run: int,
                          json={"name": name, "base_model": BASE_MODEL, "tenant": TENANT})
     created.raise_for_status()
     pid = registry.pid
-    with py_spy(pid, profile), CpuTime(svc.s3_pid) as s3_cpu, CpuTime(pid) as registry_cpu, \
-            RssSampler(pid) as rss, LatencyProbe(f"{registry.url}/healthz") as healthz:
+    spied = {} if profile is None else {pid: profile}
+    with recording(spied, idle=False), CpuTime(svc.s3_pid) as s3_cpu, \
+            CpuTime(pid) as registry_cpu, RssSampler(pid) as rss, \
+            LatencyProbe(f"{registry.url}/healthz") as healthz:
         report, stdout = run_worker("push", {
             "registry": registry.url, "token": ADMIN_TOKEN, "adapter": name,
             "folder": str(adapter), "declared": declared}, out_dir)
@@ -400,28 +377,6 @@ def warm_up(svc: Services, registry: Registry, work: Path, size_mib: int) -> Sam
     sample = registry_upload(svc, registry, adapter, 0, work, declared=True)
     shutil.rmtree(adapter)
     return replace(sample, kind=WARM_UP)
-
-
-def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
-    """Where the registry's sampled (non-idle) stacks were: by thread, and by leaf frame."""
-    threads: dict[str, int] = {}
-    leaves: dict[str, int] = {}
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
-        count = int(count_text)
-        frames = stack.split(";")
-        total += count
-        threads[frames[0]] = threads.get(frames[0], 0) + count
-        leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
-
-    def share(items: dict[str, int]) -> list[tuple[str, float]]:
-        ranked = sorted(items.items(), key=lambda kv: -kv[1])[:top]
-        return [(k, round(100 * v / total, 1)) for k, v in ranked]
-
-    return {"samples": total, "by_thread_pct": share(threads), "by_leaf_pct": share(leaves)}
 
 
 def component_timings(adapter: Path) -> dict[str, float]:
@@ -555,8 +510,8 @@ def render(samples: list[Sample], summary: dict[str, Any]) -> str:
     profile = summary.get("profile")
     if profile:
         out.append(f"py-spy of one more (untimed) registry upload, {profile['samples']} "
-                   "non-idle samples; share by leaf frame:")
-        out.extend(f"  {pct:5.1f}%  {frame}" for frame, pct in profile["by_leaf_pct"])
+                   "busy samples; inclusive share by function:")
+        out.extend(f"  {pct:5.1f}%  {name}" for name, pct in profile["inclusive_pct"])
     return "\n".join(out)
 
 
@@ -605,8 +560,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.size_mb < 1 or args.repeat < 1 or args.warm_up_mb < 0:
         parser.error("--size-mb and --repeat must be positive, --warm-up-mb not negative")
-    if args.py_spy is not None and not py_spy_binary().is_file():
-        parser.error(f"--py-spy needs {py_spy_binary()}: .venv/bin/pip install py-spy")
+    if args.py_spy is not None:
+        require_py_spy()
     return args
 
 
@@ -681,7 +636,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         total = sum(f.stat().st_size for f in adapter.iterdir())
         summary = summarize(samples, total, components)
         if profiled is not None and args.py_spy is not None:
-            summary["profile"] = summarize_profile(args.py_spy)
+            summary["profile"] = inclusive([args.py_spy], top=15)
             summary["profiled_run"] = asdict(profiled)
         document = {"benchmark": "upload_throughput", "db": args.db, "commit": commit,
                     "machine": machine, "parts_in_flight": args.parts_in_flight,

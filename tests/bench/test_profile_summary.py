@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.proxy_variants import profile_summary
+from bench.profiling import profile_summary
 
 
 def test_the_summary_gives_each_functions_inclusive_share(tmp_path: Path) -> None:

@@ -1,19 +1,11 @@
 """``bench/proxy_stats.py``: what a proxy spends idle, net of the paths through it, and
-which direct path each path is compared with."""
+one row per path through a proxy, each against vLLM directly."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.proxy_stats import (
-    BASE_DIRECT,
-    DIRECT,
-    Window,
-    baseline_of,
-    cell_row,
-    idle_cpu_rate,
-    summarize,
-)
+from bench.proxy_stats import DIRECT, Window, cell_row, idle_cpu_rate, summarize
 
 
 def window(target: str, cpu: dict[str, float], requests: int,
@@ -41,24 +33,11 @@ def test_a_path_through_the_same_agent_is_not_its_idle_time() -> None:
     assert round(rule["agent_cpu_ms_per_request_net"], 3) == 0.544
 
 
-def test_base_model_paths_are_compared_with_vllms_base_model() -> None:
-    assert baseline_of("bare (base)") == BASE_DIRECT
-    assert baseline_of("app (base)") == BASE_DIRECT
-    assert baseline_of("agent") == DIRECT and baseline_of("relay") == DIRECT
-    cell = [window(DIRECT, {}, 500), window("agent", {}, 450),
-            window(BASE_DIRECT, {}, 800), window("bare (base)", {"bare": 0.4}, 720)]
-    bare = cell_row(cell, "bare (base)")
-    assert bare["baseline"] == BASE_DIRECT
-    assert bare["rps_ratio_mean"] == pytest.approx(0.9)
-    assert bare["requests"] == [720, 800]
-    assert cell_row(cell, "agent")["rps_ratio_mean"] == pytest.approx(0.9)
-
-
-def test_a_path_that_sits_out_a_cell_gets_no_row_in_it() -> None:
-    windows = [window(DIRECT, {}, 500), window(BASE_DIRECT, {}, 800),
-               window("bare (base)", {}, 720),
-               window(DIRECT, {}, 50, "long-streamed"), window("agent", {}, 45, "long-streamed"),
-               window(BASE_DIRECT, {}, 80, "long-streamed")]
-    rows = {(r["workload"], r["target"]) for r in summarize(windows)}
-    # The direct paths are baselines, not rows.
-    assert rows == {("short", "bare (base)"), ("long-streamed", "agent")}
+def test_every_path_through_a_proxy_is_a_row_against_vllm() -> None:
+    windows = [window(DIRECT, {}, 500), window("agent", {}, 450), window("relay", {}, 500),
+               window(DIRECT, {}, 50, "long-streamed"), window("agent", {}, 45, "long-streamed")]
+    rows = {(r["workload"], r["target"]): r for r in summarize(windows)}
+    # The direct path is the baseline, not a row.
+    assert set(rows) == {("short", "agent"), ("short", "relay"), ("long-streamed", "agent")}
+    assert rows[("short", "agent")]["rps_ratio_mean"] == pytest.approx(0.9)
+    assert rows[("short", "agent")]["requests"] == [450, 500]

@@ -1,8 +1,7 @@
 """The short version of ``bench/agent_proxy_overhead.py``, on the end-to-end testbed.
 
 It checks that the benchmark still works (every path, workload and agent it measures,
-the agent of another commit, the floor proxies (a byte relay and nginx) and the
-base-model paths (the proxy app alone and behind a bare protocol) included),
+the agent of another commit and the floor proxies (a byte relay and nginx) included),
 not how fast anything is: CI machines are loaded, and the numbers are the benchmark's
 to record (docs/benchmarks.md).
 """
@@ -28,7 +27,6 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
     args = parse_args(["--rounds", "2", "--window", "0.3", "--long-window", "0.2",
                        "--workloads", "short", "long-prompt", "long-streamed",
                        "--concurrency", "2", "--also-commit", "HEAD", "--floor-proxies",
-                       "--base-paths",
                        # Every CPU this process may use: the path runs, and the shared
                        # testbed's vLLM is left as fast as it was for the tests after.
                        "--vllm-cpus", ",".join(map(str, os.sched_getaffinity(0)))])
@@ -38,18 +36,11 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
         delete_adapter(testbed, names.adapter)
     rows = document["rows"]
     every = {"agent", "agent (rule)", f"agent@{document['commit']['commit'][:10]}",
-             "relay", "nginx", "app (base)", "bare (base)"}
+             "relay", "nginx"}
     for workload in ("short", "long-prompt", "long-streamed"):
-        paths = {row["target"] for row in rows if row["workload"] == workload}
-        # The bare front door answers no streams: it sits out that workload.
-        assert paths == every - ({"bare (base)"} if workload == "long-streamed" else set())
+        assert {row["target"] for row in rows if row["workload"] == workload} == every
     cells = {(row["workload"], row["concurrency"]) for row in rows}
     assert cells == {(w, 2) for w in ("short", "long-prompt", "long-streamed")}
-    for row in rows:  # the base model's paths against vLLM's base model
-        base = row["target"] in ("app (base)", "bare (base)")
-        assert row["baseline"] == ("vllm (base)" if base else "vllm"), row
-    windows = {(w["workload"], w["target"]) for w in document["windows"]}
-    assert {(w, "vllm (base)") for w in ("short", "long-prompt", "long-streamed")} <= windows
     for row in rows:
         assert row["failed"] == [0, 0], document["first_failures"]
         assert min(row["requests"]) > 0 and row["rounds"] == 2, row

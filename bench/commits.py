@@ -1,31 +1,27 @@
-"""What ``bench/agent_proxy_overhead.py`` runs beside the testbed's agent: the agent of
-another commit (to compare two versions of the proxy in one run, on one vLLM), and a
-py-spy profile of an agent under load."""
+"""Another commit's code beside this checkout's, in one run: the benchmarks' ratio
+against the commit before a change (``--also-commit REV``).
+
+``archive`` writes commit REV's files (``git archive``) to a folder; the process run
+from there uses this environment's packages and that commit's project code, because
+``PYTHONPATH`` comes before the editable install of this checkout on ``sys.path``.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import REPO
-from bench.fanout_profile import inclusive
-from bench.upload_throughput import py_spy, py_spy_binary
 from devharness.processes import loraplane_command
 from devharness.testbed import AgentProcess, AgentSpec
 from loraplane.process import ChildProcess
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
 def archive(rev: str, work: Path) -> tuple[str, Path]:
     """The files of commit ``rev`` in ``work``/src (``git archive``): (commit, folder)."""
-    commit = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    commit = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.strip()
     source = work / "src"
     source.mkdir(parents=True, exist_ok=True)
     tar = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True,
@@ -53,28 +49,9 @@ class CommitAgentProcess(AgentProcess):
 
     def _process(self) -> ChildProcess:
         flags = self.spec.argv(self.port)[len(loraplane_command()):]
-        # PYTHONPATH comes before the editable install of this checkout on sys.path.
         env = {**self.spec.env(), "PYTHONPATH": str(self.source)}
         return ChildProcess(self.spec.agent_id,
                             [sys.executable, "-m", "loraplane_cli", *flags], env=env,
                             cwd=self.source,
                             log_path=self.log_dir / f"{self.spec.agent_id}.log",
                             own_group=True)
-
-
-@contextmanager
-def profile_agent(pid: int, output: Path) -> Iterator[None]:
-    """py-spy on the agent while the block runs; prints where its samples were."""
-    if not py_spy_binary().is_file():
-        raise RuntimeError(f"--py-spy needs {py_spy_binary()}: .venv/bin/pip install py-spy")
-    with py_spy(pid, output):
-        yield
-    print(profile_summary(output), file=sys.stderr)
-
-
-def profile_summary(output: Path, top: int = 25) -> str:
-    """The busy samples of a raw py-spy profile and each function's inclusive share."""
-    summary = inclusive([output], top=top)
-    lines = [f"py-spy of the agent, {summary['samples']} samples; inclusive share by function:"]
-    lines += [f"  {share:5.1f}%  {name}" for name, share in summary["inclusive_pct"]]
-    return "\n".join(lines)
