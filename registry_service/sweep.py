@@ -12,7 +12,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from registry_service.blobs.local import remove_stale_tmp
+from registry_service.blobs.walk_store import remove_stale_tmp
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def sweep_staging(staging_dir: Path) -> int:
 
 def sweep_blob_tmp(blob_dir: Path, grace_s: float = TMP_GRACE_S) -> int:
     """Remove the local blob store's ``.tmp`` files older than ``grace_s``."""
-    removed = remove_stale_tmp(blob_dir, grace_s)
+    removed = remove_stale_tmp(str(blob_dir), grace_s)
     if removed:
         log.info("removed %d unfinished blob file(s) from %s", removed, blob_dir)
     return removed

@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import itertools
 import os
-import stat
-import time
+import sys
 import uuid
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -26,14 +24,13 @@ from registry_service.blobs.base import (
     BlobStream,
     StoredBlob,
     blob_key,
-    sha256_of_key,
 )
 from registry_service.errors import BlobNotFound, BlobStoreFull, BlobStoreUnavailable
 
 _COPY_BUFFER = 1024 * 1024
 TEMP_SUFFIX = ".tmp"
-# Blobs listed per trip to a thread.
-LIST_BATCH = 1000
+# Bytes of the listing read at a time (about 800 blobs).
+LIST_READ_BYTES = 64 * 1024
 
 
 # Out of space, or over a quota: 507 insufficient_storage, as a full staging folder.
@@ -126,7 +123,9 @@ class LocalBlobStore:
         return LocalBlobWriter(self, tmp, handle)
 
     async def sweep_incomplete(self, older_than_s: float) -> int:
-        return await asyncio.to_thread(remove_stale_tmp, self.root, older_than_s)
+        async with walk_child("sweep", str(self.root), repr(older_than_s)) as out:
+            removed = await out.read()  # one number
+        return int(removed)
 
     async def exists(self, sha256: str) -> bool:
         return await self.size(sha256) is not None
@@ -178,17 +177,13 @@ class LocalBlobStore:
             raise _unavailable(exc, "delete a blob", sha256) from exc
 
     async def list_blobs(self) -> AsyncIterator[StoredBlob]:
-        # One walk, run a batch at a time in a thread (never two at once): memory holds a
-        # batch, and the event loop only hands the batch on.
-        walk = _walk_blobs(self.root)
-        try:
-            while batch := await asyncio.to_thread(_take, walk, LIST_BATCH):
-                for blob in batch:
-                    yield blob
-        finally:
-            # ValueError: a cancelled batch's thread still runs it, and ends it.
-            with contextlib.suppress(ValueError):
-                walk.close()
+        # Walked by a child process (walk_store.py): its CPU never takes the GIL from
+        # the event loop, and the pipe holds it one read ahead of the collector.
+        async with walk_child("list", str(self.root)) as lines:
+            while chunk := await lines.read(LIST_READ_BYTES):
+                chunk += await lines.readline()  # to the end of the last line
+                for line in chunk.splitlines():
+                    yield _stored_blob(line)
 
     async def check(self) -> None:
         await asyncio.to_thread(self._check_sync)
@@ -253,60 +248,40 @@ class LocalBlobWriter:
         self._tmp.unlink(missing_ok=True)
 
 
-def _scan(directory: str) -> Iterator[os.DirEntry[str]]:
+WALK_SCRIPT = str(Path(__file__).with_name("walk_store.py"))
+
+
+@contextlib.asynccontextmanager
+async def walk_child(*args: str) -> AsyncIterator[asyncio.StreamReader]:
+    """``walk_store.py`` run with ``args`` in a child process, its output as a stream.
+
+    Read to the end, the child's exit is checked: a walk that failed raises
+    ``BlobStoreUnavailable`` with what it printed. Left early (a pass cancelled, a
+    listing not read to its end), the child is killed."""
     try:
-        with os.scandir(directory) as entries:
-            yield from entries
-    except (FileNotFoundError, NotADirectoryError):
-        return
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", WALK_SCRIPT, *args, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:
+        raise _unavailable(exc, "walk the store") from exc
+    if child.stdout is None or child.stderr is None:
+        raise RuntimeError("the store's walk has no pipes")
+    try:
+        yield child.stdout
+        if not child.stdout.at_eof():
+            raise RuntimeError("the store's walk was left before its end")
+        said = await child.stderr.read(4096)
+        if await child.wait() != 0:
+            raise BlobStoreUnavailable(
+                "local blob store: its walk failed",
+                detail={"exit_code": child.returncode,
+                        "stderr": said.decode(errors="replace")[-1000:]})
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
 
 
-def _shard_dirs(root: Path) -> Iterator[str]:
-    """Every ``root/sha256/<ab>/<cd>`` directory, found as the walk goes."""
-    for top in _scan(os.path.join(root, "sha256")):
-        if top.is_dir(follow_symlinks=False):
-            for shard in _scan(top.path):
-                if shard.is_dir(follow_symlinks=False):
-                    yield shard.path
-
-
-def _walk_blobs(root: Path) -> Generator[StoredBlob, None, None]:
-    """Every blob file under ``root``, with little Python work per file: a thread
-    running this shares the GIL with the event loop, and ``scandir``'s reads and
-    ``stat`` let go of it."""
-    for shard in _shard_dirs(root):
-        # Hands the GIL to the event loop if it waits for it, a shard at a time.
-        time.sleep(0)
-        for entry in _scan(shard):
-            # Temporary files start with a dot and never match a bare digest.
-            if len(entry.name) != 64 or sha256_of_key(entry.name) is None:
-                continue
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISREG(info.st_mode):
-                yield StoredBlob(entry.name, datetime.fromtimestamp(info.st_mtime, UTC))
-
-
-def _take(walk: Iterator[StoredBlob], count: int) -> list[StoredBlob]:
-    return list(itertools.islice(walk, count))
-
-
-def remove_stale_tmp(root: Path, older_than_s: float) -> int:
-    """Remove the ``.tmp`` files older than ``older_than_s`` where the store writes
-    them: its root (streamed uploads) and its shard directories (blobs being put)."""
-    cutoff = time.time() - older_than_s
-    removed = 0
-    for directory in itertools.chain((str(root),), _shard_dirs(root)):
-        for entry in _scan(directory):
-            if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX)):
-                continue
-            try:
-                if entry.is_file(follow_symlinks=False) and \
-                        entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    os.unlink(entry.path)
-                    removed += 1
-            except FileNotFoundError:
-                continue
-    return removed
+def _stored_blob(line: bytes) -> StoredBlob:
+    name, _, mtime_ns = line.partition(b" ")
+    return StoredBlob(name.decode("ascii"), datetime.fromtimestamp(int(mtime_ns) / 1e9, UTC))

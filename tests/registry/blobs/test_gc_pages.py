@@ -96,9 +96,10 @@ def sample(metrics: RegistryMetrics, name: str) -> float:
 
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> int:
-    """Pages of four blobs, listed three at a time: every test spans several pages."""
+    """Pages of four blobs, the local listing read 100 bytes at a time (a line and a
+    part): every test spans several pages and reads."""
     monkeypatch.setattr(gc, "PAGE_BLOBS", 4)
-    monkeypatch.setattr(local, "LIST_BATCH", 3)
+    monkeypatch.setattr(local, "LIST_READ_BYTES", 100)
     return 4
 
 
