@@ -61,6 +61,8 @@ def registry_settings(backend: str, data_dir: Path, nats_url: str,
     common: dict[str, Any] = {
         "data_dir": data_dir, "nats_url": nats_url, "admin_token": ADMIN_TOKEN,
         "relay_poll_interval_s": 0.2,
+        # Tests read the fleet's gauges right after the reports that move them.
+        "fleet_metrics_max_age_s": 0.0,
     }
     if backend == "embedded":
         return RegistrySettings(**common)

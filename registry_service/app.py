@@ -14,6 +14,7 @@ from loraplane.loop_lag import LoopLagMonitor, lag_histogram
 from loraplane.nats_auth import describe_nats
 from registry_service.adapters.routes import retired_names
 from registry_service.adapters.routes import router as adapters_router
+from registry_service.agents.convergence import FleetGauges
 from registry_service.agents.fleet import FleetWatcher
 from registry_service.agents.report_writer import ReportWriter
 from registry_service.agents.routes import router as agents_router
@@ -95,6 +96,10 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         stack.push_async_callback(reports.stop)
         app.state.ctx = RegistryContext(settings=settings, db=db, blobs=blobs, relay=relay,
                                         metrics=metrics, reports=reports,
+                                        fleet_gauges=FleetGauges(
+                                            db, metrics,
+                                            stale_after_s=settings.agent_stale_after_s,
+                                            max_age_s=settings.fleet_metrics_max_age_s),
                                         embedded_nats=nats, fleet=fleet,
                                         file_linker=linker)
         log.info("registry ready (database %s, blobs %s, nats %s)",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from loraplane.embedded_nats import EmbeddedNats
+from registry_service.agents.convergence import FleetGauges
 from registry_service.agents.fleet import FleetWatcher
 from registry_service.agents.report_writer import ReportWriter
 from registry_service.blobs.base import BlobStore
@@ -28,6 +29,7 @@ class RegistryContext:
     relay: EventRelay
     metrics: RegistryMetrics
     reports: ReportWriter  # agents' status reports, many to a transaction
+    fleet_gauges: FleetGauges  # the fleet's gauges, recomputed for scrapes
     embedded_nats: EmbeddedNats | None = None
     fleet: FleetWatcher | None = None
     upload_slots: UploadSlots = field(default_factory=UploadSlots)

@@ -129,6 +129,9 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # are placed over (and shown stale); set it above twice the agents' heartbeat
     # interval (30 s by default). A leave is published within 4/3 of it.
     agent_stale_after_s: float = Field(default=90.0, ge=1, le=7 * 24 * 3600)
+    # /metrics recomputes the fleet's gauges (every agent's report parsed) at most once
+    # per fleet_metrics_max_age_s; scrapes in between read the last values. 0: each.
+    fleet_metrics_max_age_s: float = Field(default=10.0, ge=0, le=300)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # The event loop's lag is measured by a tick every loop_lag_interval_s; a tick
     # loop_lag_warn_s overdue logs who holds the loop (loraplane/loop_lag.py).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -121,15 +122,42 @@ def render_metrics(metrics: RegistryMetrics) -> bytes:
 
 
 async def refresh_fleet_metrics(db: Database, metrics: RegistryMetrics,
-                                stale_after_s: float = DEFAULT_STALE_AFTER_S) -> None:
+                                stale_after_s: float = DEFAULT_STALE_AFTER_S) -> bool:
     """Recompute the fleet's gauges from the database, off the loop; on a database error
     they keep their last values (the scrape still answers, and ``up`` stays about the
-    process)."""
+    process) and this returns False."""
     try:
         async with db.session() as session:
             reports = await stored_reports(session)
             targets = await _targets(session)
     except (RegistryError, SQLAlchemyError) as exc:
         log.warning("could not read the fleet for the metrics: %s", exc)
-        return
+        return False
     await asyncio.to_thread(_set_fleet, metrics, reports, targets, utcnow(), stale_after_s)
+    return True
+
+
+class FleetGauges:
+    """The fleet's gauges for scrapes, recomputed at most once per ``max_age_s``.
+
+    A recomputation parses every agent's report: CPU that grows with agents x adapters
+    and, though off the loop, holds the GIL the loop needs. Scrapers (Prometheus
+    replicas, dashboards, a benchmark's poll) may ask far more often than the gauges
+    need to move; between recomputations they read the last values. Concurrent scrapes
+    share one recomputation.
+    """
+
+    def __init__(self, db: Database, metrics: RegistryMetrics, *, stale_after_s: float,
+                 max_age_s: float) -> None:
+        self._db, self._metrics = db, metrics
+        self._stale_after_s, self._max_age_s = stale_after_s, max_age_s
+        self._lock = asyncio.Lock()
+        self._fresh_until: float | None = None
+
+    async def refresh(self) -> None:
+        async with self._lock:
+            if self._fresh_until is not None and time.monotonic() < self._fresh_until:
+                return
+            started = time.monotonic()
+            if await refresh_fleet_metrics(self._db, self._metrics, self._stale_after_s):
+                self._fresh_until = started + self._max_age_s

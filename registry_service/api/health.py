@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import text
 
-from registry_service.agents.convergence import refresh_fleet_metrics, render_metrics
+from registry_service.agents.convergence import render_metrics
 from registry_service.deps import CtxDep
 from registry_service.errors import RegistryError
 
@@ -76,6 +76,6 @@ async def readyz(ctx: CtxDep) -> JSONResponse:
 async def metrics(ctx: CtxDep) -> Response:
     """The registry's metrics in Prometheus' text format, all prefixed `loraplane_registry_`
     (docs/metrics.md). No token: keep the port inside the cluster."""
-    await refresh_fleet_metrics(ctx.db, ctx.metrics, ctx.settings.agent_stale_after_s)
+    await ctx.fleet_gauges.refresh()
     return Response(await asyncio.to_thread(render_metrics, ctx.metrics),
                     media_type=CONTENT_TYPE_LATEST)

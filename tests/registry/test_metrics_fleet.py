@@ -7,9 +7,19 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from devharness.adapters import make_adapter
 from devharness.registry import RegistryHarness
 from devharness.uploads import upload_dir
+from loraplane.events import AgentStatus
+from registry_service.agents import convergence, report_read
+from registry_service.agents.convergence import FleetGauges
+from registry_service.agents.report_read import StoredReport
+from registry_service.agents.reports import upsert_agent_status
+from registry_service.db.engine import Database
 from registry_service.metrics import AliasConvergence, RegistryMetrics
 from tests.registry.agents.support import age_agent, post_status, report, served
 from tests.registry.test_metrics import read
@@ -77,3 +87,61 @@ async def test_each_batch_of_reports_is_observed_with_its_size(
     # However the six fell into batches, each report is in exactly one.
     assert await read(registry, "report_batch_size_sum") == reports + 6
     assert batches + 1 <= await read(registry, "report_batch_size_count") <= batches + 6
+
+
+async def _store(db: Database, agent_id: str) -> None:
+    async with db.session() as session:
+        await upsert_agent_status(session, AgentStatus.model_validate(report(agent_id)),
+                                  stale_after_s=90.0)
+        await session.commit()
+
+
+def _last_report(metrics: RegistryMetrics, agent_id: str) -> float | None:
+    return metrics.registry.get_sample_value(
+        "loraplane_registry_agent_last_report_timestamp_seconds", {"agent": agent_id})
+
+
+async def test_scrapes_within_the_max_age_read_the_last_recomputation(
+    db: Database, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int] = []
+    real_read = report_read.stored_reports
+
+    async def counted(session: AsyncSession) -> list[StoredReport]:
+        reads.append(1)
+        return await real_read(session)
+
+    monkeypatch.setattr(convergence, "stored_reports", counted)
+    metrics = RegistryMetrics()
+    gauges = FleetGauges(db, metrics, stale_after_s=90.0, max_age_s=3600.0)
+    await _store(db, "gpu-a")
+    # Concurrent scrapes share one recomputation.
+    await asyncio.gather(*(gauges.refresh() for _ in range(3)))
+    assert len(reads) == 1 and _last_report(metrics, "gpu-a") is not None
+    await _store(db, "gpu-b")
+    await gauges.refresh()
+    assert len(reads) == 1 and _last_report(metrics, "gpu-b") is None  # the last values
+    every_scrape = FleetGauges(db, metrics, stale_after_s=90.0, max_age_s=0.0)
+    await every_scrape.refresh()
+    assert len(reads) == 2 and _last_report(metrics, "gpu-b") is not None
+
+
+async def test_a_recomputation_that_failed_is_tried_again_at_the_next_scrape(
+    db: Database, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_read = report_read.stored_reports
+    failing = [True]
+
+    async def flaky(session: AsyncSession) -> list[StoredReport]:
+        if failing.pop() if failing else False:
+            raise OperationalError("SELECT", {}, Exception("the database went away"))
+        return await real_read(session)
+
+    monkeypatch.setattr(convergence, "stored_reports", flaky)
+    metrics = RegistryMetrics()
+    gauges = FleetGauges(db, metrics, stale_after_s=90.0, max_age_s=3600.0)
+    await _store(db, "gpu-a")
+    await gauges.refresh()  # failed: the gauges keep their (empty) values
+    assert _last_report(metrics, "gpu-a") is None
+    await gauges.refresh()
+    assert _last_report(metrics, "gpu-a") is not None
