@@ -33,8 +33,8 @@ DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WARN_AFTER_S = 0.1
 # How long a thread may hold the GIL while another waits for it (Python's default is
 # 5 ms). A loop waking for a request waits that long for a busy thread (the collector's
-# listing, a report's parse) at every wake, several times a request: see
-# docs/decisions.md, "The GIL switch interval".
+# listing, a report's parse) at every wake, several times a request.
+# Why: docs/decisions.md#the-gil-switch-interval-is-1-ms
 DEFAULT_SWITCH_INTERVAL_S = 0.001
 # Frames of these top-level packages (beside this one) name a holder; the innermost
 # frame of any file names it when none of theirs is on the stack.

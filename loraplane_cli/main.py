@@ -1,4 +1,4 @@
-"""``loraplane``: the command line of the loraplane registry.
+"""``loraplane``: the command line: the registry's client, and the launcher of both services.
 
 Global options come before the command (``loraplane --registry URL versions NAME``);
 ``--json`` may also come after it (``loraplane versions NAME --json``). Every option
