@@ -93,9 +93,6 @@ def run_agent(settings: AgentSettings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if settings.log_level != "debug":
-        # httpx logs every call at info: each copy of vLLM's metrics, each registry read.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         agent = Agent(settings)
         # uvloop: the proxy spends less of its CPU per request in the event loop itself.

@@ -1,6 +1,6 @@
 """The agent's errors: one base, retryable and terminal kinds.
 
-Errors of aiohttp (vLLM, the blob store), httpx (the registry) and nats are mapped to
+Errors of the HTTP clients (to vLLM, the registry, the blob store) and nats are mapped to
 these at the boundary, so the reconciler only asks one question: retry, or give up on
 this version?
 """

@@ -13,22 +13,19 @@ streaming, as on the registry path.
 The URL is a credential until it expires: it never goes into a log line, an error text
 or a metric label; only its scheme, host and path do.
 
-aiohttp rather than httpx, as the proxy's client (``serving/upstream.py``): a small GET
-cost about 1.4 ms of CPU through httpx against 0.4 ms through aiohttp on these machines,
-and every agent of a fleet makes two per push. The URL goes out exactly as signed
-(``encoded=True``): re-quoting its query would break the signature.
+aiohttp, as every call of the agent's control path (``registry_http.py``; docs/
+decisions.md, "The agent's control path speaks aiohttp"). The URL goes out exactly as
+signed (``encoded=True``): re-quoting its query would break the signature.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
 import aiohttp
-import httpx
 from yarl import URL
 
 from inference_agent.futures import retrieve_exception
@@ -37,9 +34,7 @@ from loraplane.client._core import DOWNLOAD_CHUNK, FileCheck, OnBytes
 from loraplane.client.errors import RegistryError
 from loraplane.private_files import open_private
 
-log = logging.getLogger(__name__)
 KEEPALIVE_S = 5.0
-_SIGNED = ("signature=", "x-amz-credential=", "x-amz-security-token=")
 
 
 def masked(url: str) -> str:
@@ -50,25 +45,6 @@ def masked(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-class RedactSignedUrls(logging.Filter):
-    """httpx logs every request's full URL at INFO: a presigned one (ours, or the
-    registry's 307) is logged without its query instead."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(_redacted(arg) for arg in record.args)
-        return True
-
-
-def _redacted(arg: object) -> object:
-    if isinstance(arg, httpx.URL | str):
-        text = str(arg)
-        if "?" in text and any(mark in text.lower() for mark in _SIGNED):
-            return masked(text)
-    return arg
-
-
-logging.getLogger("httpx").addFilter(RedactSignedUrls())
 
 
 class DirectFetchFailed(Exception):
@@ -89,7 +65,7 @@ class BlobFetcher:
                                     sock_read=timeout_s)
         # Seen by the session when it is made (tests watch the requests sent).
         self.trace_configs: list[aiohttp.TraceConfig] = []
-        # httpx's expiry, which this client replaced: a store's idle timeout is longer.
+        # Below a store's idle timeout.
         self._session = LazySession(timeout=timeout, keepalive_s=KEEPALIVE_S,
                                     trace_configs=self.trace_configs)
 
@@ -109,7 +85,7 @@ class BlobFetcher:
                     # 403: expired or not signed for this store; 404: the blob is gone.
                     raise DirectFetchFailed(f"status_{response.status}",
                                             f"{check.url} answered {response.status}")
-                await _save(response.content, dest, check)
+                await save(response.content, dest, check)
             check.finish()
         except (aiohttp.ClientError, TimeoutError) as exc:
             # Their texts may quote the URL: only the kind of error is kept.
@@ -126,7 +102,7 @@ def _write(out: BinaryIO, check: FileCheck, chunk: bytes) -> None:
     out.write(check.feed(chunk))
 
 
-async def _save(content: aiohttp.StreamReader, dest: Path, check: FileCheck) -> None:
+async def save(content: aiohttp.StreamReader, dest: Path, check: FileCheck) -> None:
     """Write and hash the body into ``dest`` as it arrives.
 
     A file of more than one chunk is written and hashed in a worker thread, one chunk

@@ -1,14 +1,13 @@
 """The agent's link to the registry: desired state, version metadata, files, status.
 
-The HTTP work is ``loraplane.client.AsyncRegistryClient``'s; this module maps its
-``RegistryError`` kinds to the agent's own at the boundary, so the reconciler only asks
-whether to retry. File URLs are registry paths: the local blob store answers 200 with
-the bytes, the S3 store a 307 to a presigned URL, which the client follows without the
-bearer token (tests check this). A file that came with a presigned ``direct_url`` (in
-an event or the desired-state snapshot, when the registry adds them) is fetched from
-the store first (blob_fetch.py), and through the registry only if that fails. Status
-reports, one per change on every agent, go out through aiohttp (status_post.py) with
-the client's request and error parsing.
+The requests are ``loraplane.client``'s, sent over aiohttp (``registry_http.py``); this
+module maps the client's ``RegistryError`` kinds to the agent's own at the boundary, so
+the reconciler only asks whether to retry. File URLs are registry paths: the local blob
+store answers 200 with the bytes, the S3 store a 307 to a presigned URL, which is
+followed without the bearer token (tests check this). A file that came with a
+presigned ``direct_url`` (in an event or the desired-state snapshot, when the registry
+adds them) is fetched from the store first (blob_fetch.py), and through the registry
+only if that fails.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
 from inference_agent.errors import (
     AgentError,
     FetchFailed,
@@ -30,9 +27,8 @@ from inference_agent.errors import (
     TerminalError,
 )
 from inference_agent.node.blob_fetch import BlobFetcher, DirectFetchFailed
-from inference_agent.node.status_post import StatusPoster
+from inference_agent.node.registry_http import RegistryHttp
 from loraplane.client import (
-    AsyncRegistryClient,
     BadResponse,
     DownloadFailed,
     NotFound,
@@ -40,7 +36,7 @@ from loraplane.client import (
     RegistryError,
 )
 from loraplane.client import _calls as api_calls
-from loraplane.client.errors import error_from_transport
+from loraplane.client._core import ClientConfig
 from loraplane.events import AgentStatus, DesiredState, FileRef, VersionRef
 from loraplane.private_files import write_private
 
@@ -83,14 +79,14 @@ class RegistryLink:
     """One agent's connection to the registry, authenticated with its bearer token."""
 
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0) -> None:
-        self.api = AsyncRegistryClient(base_url, token, timeout_s=timeout_s,
-                                       user_agent="loraplane-agent")
+        config = ClientConfig(base_url, token, timeout_s=timeout_s,
+                              user_agent="loraplane-agent")
         self.blobs = BlobFetcher(timeout_s=timeout_s)
-        self.reports = StatusPoster(self.api.config)
+        self.http = RegistryHttp(config, self.blobs)
 
     @property
     def base_url(self) -> str:
-        return self.api.base_url
+        return self.http.config.base_url
 
     async def desired(self, base_model: str, adapter: str | None = None) -> DesiredState:
         """The desired state of ``base_model`` (or of one adapter). The full snapshot is
@@ -98,38 +94,25 @@ class RegistryLink:
         megabyte of JSON, which would hold the loop. One adapter's answer is small:
         parsed in place."""
         with _mapped():
-            if adapter is not None:
-                return await self.api.desired(base_model, adapter=adapter)
-            return await self._snapshot(base_model)
-
-    async def _snapshot(self, base_model: str) -> DesiredState:
-        # ``AsyncRegistryClient.send``, with its parse (``finish``) moved off the loop.
-        call = api_calls.desired(base_model, None)
-        try:
-            response = await self.api.http.request(call.method, call.url, params=call.params,
-                                                   headers=call.request_headers())
-        except httpx.InvalidURL as exc:
-            raise self.api.config.invalid_url(exc) from exc
-        except httpx.TransportError as exc:
-            raise error_from_transport(self.api.base_url, exc) from exc
-        return await asyncio.to_thread(self.api.config.finish, call, response)
+            return await self.http.send(api_calls.desired(base_model, adapter),
+                                        parse_off_loop=adapter is None)
 
     async def inference_credentials(self) -> dict[str, str]:
         """token sha256 -> tenant of every live inference token."""
         with _mapped():
-            listed = await self.api.inference_credentials()
+            listed = await self.http.send(api_calls.inference_credentials())
         return {c.token_hash: c.tenant for c in listed.credentials}
 
     async def event_keys(self) -> list[str]:
         """The public keys (base64) the registry signs its events with."""
         with _mapped():
-            listed = await self.api.event_keys()
+            listed = await self.http.send(api_calls.event_keys())
         return [key.public_key for key in listed.keys]
 
     async def version(self, adapter: str, version: int) -> VersionRef:
         """One version's metadata; NotServable if the registry does not have it."""
         with _mapped():
-            listed = await self.api.get_version(adapter, version)
+            listed = await self.http.send(api_calls.get_version(adapter, version))
         # Only the fields an agent loads by: a VersionRef equals the one in desired state.
         return VersionRef.model_validate(listed.model_dump(include=set(VersionRef.model_fields)))
 
@@ -140,7 +123,7 @@ class RegistryLink:
         ``dest`` is left partially written on failure: callers download into staging.
         """
         with _mapped():
-            await self.api.download(url, dest, size=size, sha256=sha256, on_bytes=on_bytes)
+            await self.http.download(url, dest, size=size, sha256=sha256, on_bytes=on_bytes)
 
     def fetcher(self, on_bytes: OnBytes | None = None, on_fetch: OnFetch | None = None
                 ) -> Callable[[FileRef, Path], Awaitable[tuple[int, str]]]:
@@ -178,13 +161,14 @@ class RegistryLink:
         return fetch
 
     async def post_status(self, status: AgentStatus) -> None:
+        # Encoded on a worker thread: a report of thousands of entries would hold the loop.
+        call = await asyncio.to_thread(api_calls.send_status, status)
         with _mapped():
-            await self.reports.post(status)
+            await self.http.send(call)
 
     async def aclose(self) -> None:
-        await self.api.aclose()
+        await self.http.aclose()
         await self.blobs.aclose()
-        await self.reports.aclose()
 
 
 def _write_inline(file: FileRef, content: bytes, dest: Path) -> bool:

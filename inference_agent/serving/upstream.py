@@ -4,8 +4,8 @@ The proxy makes one call to vLLM per request it serves, through ``upstream_http.
 a hand-written keep-alive HTTP/1.1 client on httptools. httpx (with httpcore and anyio
 under it) spent about 1.3 ms of CPU on each such call, aiohttp about 0.16 ms and this
 about 0.06 ms (``bench/http_client_cpu.py``, docs/benchmarks.md). The control calls to vLLM
-(``node/vllm_client.py``) and the blob fetches use aiohttp, where a call per change,
-not per request, is made.
+(``node/vllm_client.py``) use the same client; the calls to the registry and the blob
+store use aiohttp (``node/registry_http.py``, ``node/blob_fetch.py``).
 
 Its connections are opened on first use, inside the running event loop, since the
 proxy app is built before the loop starts.

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
 from devharness.adapters import make_adapter
@@ -25,10 +24,12 @@ from inference_agent.errors import (
     TerminalError,
 )
 from inference_agent.metrics import AgentMetrics
+from inference_agent.node import registry_http
 from inference_agent.node.materialize import Materializer
 from inference_agent.node.registry_client import RegistryLink
 from loraplane.events import AgentStatus, ServedVersion
 from loraplane.netutil import free_port
+from tests.agent.node.test_blob_fetch import requests_seen
 
 
 @pytest.fixture
@@ -92,12 +93,7 @@ async def test_download_streams_and_never_sends_the_token_to_s3(served: Served,
                                                                 tmp_path: Path) -> None:
     source = await publish(served, tmp_path)
     client = await agent_client(served)
-    sent: list[tuple[str, bool]] = []
-
-    async def record(request: httpx.Request) -> None:
-        sent.append((str(request.url), "authorization" in request.headers))
-
-    client.api.http.event_hooks["request"].append(record)
+    sent = requests_seen(client)
     try:
         ref = await client.version("bot", 1)
         weights = next(f for f in ref.files if f.name.endswith(".safetensors"))
@@ -173,7 +169,7 @@ def _status(agent_id: str = "gpu-1") -> AgentStatus:
 
 
 async def test_a_refused_report_is_terminal_with_the_registrys_code(served: Served) -> None:
-    # The report goes out through aiohttp; a refusal reads as on the client's path.
+    # A refusal of a report reads as on the client's path.
     client = RegistryLink(served.url, "lp_not-a-token", timeout_s=30)
     try:
         with pytest.raises(TerminalError) as raised:
@@ -193,3 +189,15 @@ async def test_a_report_to_a_registry_that_is_down_is_retried() -> None:
     finally:
         await client.aclose()
     assert raised.value.detail["url"] == f"http://127.0.0.1:{port}"
+
+
+async def test_an_answer_past_its_bound_is_not_read(
+        served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    await publish(served, tmp_path)
+    monkeypatch.setattr(registry_http, "MAX_ANSWER_BYTES", 100)
+    client = await agent_client(served)
+    try:
+        with pytest.raises(RegistryUnavailable, match="larger than 100 bytes"):
+            await client.desired("tiny-llama")
+    finally:
+        await client.aclose()

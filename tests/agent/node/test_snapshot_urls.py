@@ -8,7 +8,6 @@ the vLLM stand-in (devharness/vllm_standin.py) in place of vLLM.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from devharness.services import NatsService
 from devharness.uploads import upload_dir
 from devharness.vllm_standin import StandIn, create_app
 from devharness.waiting import eventually
+from inference_agent.node.blob_fetch import BlobFetcher
 from inference_agent.settings import AgentSettings
 from loraplane.events import DesiredState
 from tests.agent.loop_support import running_agent, serve_app
@@ -81,11 +81,13 @@ async def test_the_snapshot_carries_a_url_for_every_file(
         assert not any("direct_url" in f for f in files + only_bot)
         return
     assert all("X-Amz-Signature" in f["direct_url"] for f in files + only_bot)
-    async with httpx.AsyncClient() as s3:  # the URL alone is the credential
-        for file in files:
-            got = await s3.get(file["direct_url"])
-            assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() \
-                == file["sha256"]
+    fetcher = BlobFetcher()  # the URL alone is the credential
+    try:
+        for n, file in enumerate(files):
+            await fetcher.download(file["direct_url"], tmp_path / f"got-{n}",
+                                   size=file["size"], sha256=file["sha256"])
+    finally:
+        await fetcher.aclose()
     # The agent's model keeps the URLs but never dumps or prints them.
     state = DesiredState.model_validate(full.json())
     assert all(f.direct_url for a in state.adapters for al in a.aliases

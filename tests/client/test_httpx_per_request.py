@@ -1,4 +1,4 @@
-"""The agent's control path (registry, blob store, vLLM's admin calls) uses httpx; each
+"""``loraplane.client`` (the CLI's and the Python client's requests) uses httpx; each
 request must not pay for an import. httpcore looks for sniffio on every lock and event it
 sets up (four per request); without it installed, each look is a failed import that
 searches sys.path: about 0.3 ms of CPU per request on these machines."""
