@@ -1,6 +1,5 @@
-"""Every call of the agent's vLLM client ends within its timeout: aiohttp takes
-``timeout=None`` as no timeout at all, so a call made without one could wait forever on
-a vLLM that took the request and never answered."""
+"""Every call of the agent's vLLM client ends within its timeout: a call made without one
+could wait forever on a vLLM that took the request and never answered."""
 
 from __future__ import annotations
 
