@@ -1,12 +1,10 @@
 """Agents' reports stored many to a transaction: the use case behind the status route.
 
-At a push every agent of the fleet reports within the same second or two, and each
-report alone paid for a connection checkout with its pre-ping, a BEGIN, its token's
-lookup and a COMMIT besides its one row: about a quarter of the registry's py-spy
-samples per report (``bench/status_ingest.py``). ``store_reports`` takes a batch: one token
-query for all, each row locked and written in turn, one ``fleet_changed`` per base
-model whose fleet the batch changed, and the caller's one commit (see
-``report_writer.py`` for the batching, and for a batch the database refuses).
+At a push every agent of the fleet reports within the same second or two. A batch shares
+one connection checkout, one BEGIN, one token query and one COMMIT: each row is locked
+and written in turn, with one ``fleet_changed`` per base model whose fleet the batch
+changed (see ``report_writer.py`` for the batching, and for a batch the database
+refuses). Why: docs/decisions.md#reports-are-stored-many-to-a-transaction
 
 Each report keeps its own outcome: one whose token is refused, or whose body breaks a
 rule, fails alone while the rest are stored.

@@ -9,17 +9,17 @@ back to store the next one: its time is kept in a column of its own
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
-from sqlalchemy import select, update
+from sqlalchemy import JSON, Table, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.events import AgentStatus
 from registry_service.agents.models import AgentRow
-from registry_service.db.base import as_utc, utcnow
+from registry_service.db.base import UTCDateTime, as_utc, utcnow
 from registry_service.db.engine import JsonText
 from registry_service.errors import Conflict
 
@@ -108,23 +108,35 @@ async def _write(session: AsyncSession, agent_id: str, **values: object) -> None
                           .values(**values).execution_options(synchronize_session=False))
 
 
+# Almost every report takes this one statement: built once (composing it per report was
+# a quarter of the writer's CPU). Core, on the table: no ORM bulk-update machinery.
+_AGENTS = cast(Table, AgentRow.__table__)
+_ORDINARY = (
+    update(_AGENTS)
+    .where(_AGENTS.c.agent_id == bindparam("p_agent_id"),
+           _AGENTS.c.base_model == bindparam("p_base_model"),
+           _AGENTS.c.last_seen_at >= bindparam("p_since", type_=UTCDateTime()),
+           _AGENTS.c.reported_at <= bindparam("p_reported_at", type_=UTCDateTime()))
+    .values(last_seen_at=bindparam("p_now", type_=UTCDateTime()),
+            status=bindparam("p_status", type_=JSON()),
+            reported_at=bindparam("p_reported_at_new", type_=UTCDateTime()))
+    .returning(_AGENTS.c.first_seen_at)
+)
+
+
 async def _store_ordinary(session: AsyncSession, status: AgentStatus, now: datetime,
                           since: datetime) -> datetime | None:
     """Almost every report: a live agent of the same base model, not leaving, newer than
     the report stored. Written in one UPDATE, which takes the row's lock as the
-    ``SELECT ... FOR UPDATE`` of the general case would (that statement and its round
-    trip were about 6% of the registry's py-spy samples per report). Its
-    ``first_seen_at``, or None for any other report, which the general case decides."""
+    ``SELECT ... FOR UPDATE`` of the general case would. Its ``first_seen_at``, or None
+    for any other report, which the general case decides."""
     if status.leaving:
         return None
     reported_at = as_utc(status.time)
-    first_seen_at: datetime | None = await session.scalar(
-        update(AgentRow)
-        .where(AgentRow.agent_id == status.agent_id,
-               AgentRow.base_model == status.base_model,
-               AgentRow.last_seen_at >= since, AgentRow.reported_at <= reported_at)
-        .values(last_seen_at=now, status=_as_json(status), reported_at=reported_at)
-        .returning(AgentRow.first_seen_at).execution_options(synchronize_session=False))
+    first_seen_at: datetime | None = await session.scalar(_ORDINARY, {
+        "p_agent_id": status.agent_id, "p_base_model": status.base_model,
+        "p_since": since, "p_reported_at": reported_at, "p_now": now,
+        "p_status": _as_json(status), "p_reported_at_new": reported_at})
     return first_seen_at
 
 

@@ -2,7 +2,7 @@
 
 FastAPI runs a plain ``def`` dependency or endpoint in a worker thread: a hand-off to a
 thread and back on every request, a few percent of a status report's CPU (seen in
-py-spy profiles of bench/status_ingest.py). Everything it calls is async instead.
+py-spy profiles of status reports). Everything it calls is async instead.
 """
 
 from __future__ import annotations
