@@ -106,6 +106,8 @@ async def measure(versions: int, args: argparse.Namespace) -> dict[str, Any]:
                    "LORAPLANE_NATS_URL": nats.url, "LORAPLANE_ADMIN_TOKEN": ADMIN_TOKEN,
                    # Only the start-up pass (over an empty store) and the one timed.
                    "LORAPLANE_BLOB_GC_INTERVAL_S": "86400", "LORAPLANE_BLOB_GC_GRACE_S": "60"}
+            if args.gc_busy_share is not None:
+                env["LORAPLANE_BLOB_GC_BUSY_SHARE"] = str(args.gc_busy_share)
             with running_registry(work / "registry", env) as registry:
                 result = await asyncio.to_thread(one_pass, registry.url, registry.pid,
                                                  registry.data_dir / "blobs", versions,
@@ -141,6 +143,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--orphans", type=int, default=10_000,
                         help="unreferenced old blobs in the store (10,000)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--gc-busy-share", type=float, default=None,
+                        help="the registry's blob_gc_busy_share (its default when absent)")
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.adapters < 2 or args.orphans < 0 or min(args.versions) < args.adapters:
@@ -158,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not all(r["exact"] for r in results):
         print("THE COLLECTOR DID NOT DELETE EXACTLY THE ORPHANS", file=sys.stderr)
     return record("blob_gc", commit, machine, args.json_out, orphans=args.orphans,
-                  adapters=args.adapters, results=results, memory=flat)
+                  adapters=args.adapters, gc_busy_share=args.gc_busy_share,
+                  results=results, memory=flat)
 
 
 if __name__ == "__main__":

@@ -228,7 +228,9 @@ def _registry_env(pg_url: str, nats_url: str, args: argparse.Namespace) -> dict[
             "LORAPLANE_BLOB_GC_INTERVAL_S": str(args.gc_interval),
             "LORAPLANE_BLOB_GC_GRACE_S": str(args.gc_grace)} | (
                 {} if args.gil_switch_interval is None
-                else {"LORAPLANE_GIL_SWITCH_INTERVAL_S": str(args.gil_switch_interval)})
+                else {"LORAPLANE_GIL_SWITCH_INTERVAL_S": str(args.gil_switch_interval)}) | (
+                {} if args.gc_busy_share is None
+                else {"LORAPLANE_BLOB_GC_BUSY_SHARE": str(args.gc_busy_share)})
 
 
 async def _under_background(pg_url: str, work: Path, data: Dataset,
@@ -290,7 +292,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                            "written_s": round(store_s, 1)},
             "options": {k: getattr(args, k) for k in ("gc_interval", "gc_grace", "agents",
                                                        "agent_adapters", "report_interval",
-                                                       "gil_switch_interval")},
+                                                       "gil_switch_interval",
+                                                       "gc_busy_share")},
             "background": asdict(background), "goals": met,
             "page_size": PAGE, "results": [asdict(r) for r in results], "plans": plans,
             "uses_keyset_index": {label: uses_index(p["plan"]) for label, p in plans.items()}}
@@ -308,6 +311,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the registry's blob_gc_interval_s: seconds between passes (1)")
     parser.add_argument("--gc-grace", type=float, default=60.0,
                         help="the registry's blob_gc_grace_s (60)")
+    parser.add_argument("--gc-busy-share", type=float, default=None,
+                        help="the registry's blob_gc_busy_share (its default when absent)")
     parser.add_argument("--gc-wait", type=float, default=600.0,
                         help="longest wait for a collector pass to start (600 s)")
     parser.add_argument("--agents", type=int, default=100, help="reporting agents (100)")

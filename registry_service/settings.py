@@ -123,6 +123,10 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # one is only taken once the store wrote it blob_gc_grace_s ago.
     blob_gc_interval_s: float = Field(default=3600.0, gt=0)
     blob_gc_grace_s: float = Field(default=3600.0, ge=0)
+    # A pass works at most this share of its time: after each page of the listing it
+    # rests in proportion, so its steps leave the event loop and the database to
+    # requests. 1: no rest.
+    blob_gc_busy_share: float = Field(default=0.25, gt=0, le=1)
     # How long an upload may take from storing its blobs to its commit.
     blob_upload_lease_s: float = Field(default=3600.0, gt=0)
     # An agent without a report for this long is out of the live fleet that adapters

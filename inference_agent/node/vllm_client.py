@@ -6,10 +6,8 @@ unloading a name vLLM does not know is success.
 
 The calls go through the proxy's own keep-alive client for vLLM
 (``serving/upstream_http.py``): the agent makes two per swap (load, unload), on every
-agent of a fleet at every push, and copies vLLM's metrics. One small call cost about
-1.5 ms of CPU through httpx and 0.37 ms through aiohttp on these machines; a call of
-the proxy's cost 0.16 ms through aiohttp and 0.06 ms through this client
-(``bench/http_client_cpu.py``).
+agent of a fleet at every push, and copies vLLM's metrics.
+Why: docs/decisions.md#the-proxy-has-its-own-http-client-to-vllm
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@ connection (parsing, keep-alive and its timeout, pipelining, flow control,
 the answer of a generation POST whose response is a whole body is written by this
 module: the status line, uvicorn's default headers, the response's and the body, in
 one ``write``. Streamed answers, and any response this module does not know how to
-write, go through uvicorn's ASGI ``send`` as before. Against a stand-in vLLM this took
-7% off the agent's CPU per proxied request, a third of what a bare protocol without
-uvicorn's other layers saves (bench/proxy_cpu.py --bare; docs/benchmarks.md, "Built:
-the answer in one write").
+write, go through uvicorn's ASGI ``send``.
+Why: docs/decisions.md#generation-answers-are-written-in-one-write-from-uvicorns-protocol
 
 These requests skip the app's ASGI middleware that uvicorn wraps around the app
 (``--proxy-headers``): it rewrites the scope's client and scheme, which the

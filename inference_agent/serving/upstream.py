@@ -1,9 +1,8 @@
 """The proxy's HTTP client to vLLM, and the boundary where its errors become refusals.
 
 The proxy makes one call to vLLM per request it serves, through ``upstream_http.py``:
-a hand-written keep-alive HTTP/1.1 client on httptools. httpx (with httpcore and anyio
-under it) spent about 1.3 ms of CPU on each such call, aiohttp about 0.16 ms and this
-about 0.06 ms (``bench/http_client_cpu.py``, docs/benchmarks.md). The control calls to vLLM
+a hand-written keep-alive HTTP/1.1 client on httptools
+(docs/decisions.md#the-proxy-has-its-own-http-client-to-vllm). The control calls to vLLM
 (``node/vllm_client.py``) use the same client; the calls to the registry and the blob
 store use aiohttp (``node/registry_http.py``, ``node/blob_fetch.py``).
 

@@ -2,11 +2,9 @@
 requests written in one send, responses parsed by httptools (llhttp, in C).
 
 The proxy makes one call to vLLM per request it serves, so this client is on every
-request's path. aiohttp spent about 0.16 ms of CPU on each such call, and this client
-0.06 ms (``bench/http_client_cpu.py``; with it the agent's CPU per proxied request fell
-by 41%, ``bench/proxy_cpu.py``, docs/benchmarks.md): aiohttp's request and response objects, its
-payload registry, timers and stream readers are built for any server; this talks to
-one, which it trusts to speak HTTP/1.1.
+request's path. aiohttp's request and response objects, its payload registry, timers
+and stream readers are built for any server; this talks to one, which it trusts to
+speak HTTP/1.1. Why: docs/decisions.md#the-proxy-has-its-own-http-client-to-vllm
 
 What it does: ``Content-Length`` and chunked responses (and, from an HTTP/1.0 peer, a
 body that ends with the connection), a read timeout between bytes, a connect timeout,

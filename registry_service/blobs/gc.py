@@ -16,7 +16,9 @@ all of these hold:
 A pass streams the store's listing in pages of ``PAGE_BLOBS`` and asks the database,
 one short transaction per page, which of a page's digests no version names
 (``named.py``): it never reads the versions, so its memory and each step's time on the
-event loop stay the same whatever the number of versions and blobs.
+event loop stay the same whatever the number of versions and blobs. After each page it
+rests, so that it is busy at most ``blob_gc_busy_share`` of its time: a collector has
+hours, requests have milliseconds.
 
 It also removes what uploads that never finished left in the store (a registry killed
 mid-upload): open S3 multipart uploads and temporary objects under ``uploads/``, or the
@@ -128,6 +130,12 @@ class _Pass:
                 await session.commit()
 
 
+def rest_after(busy_s: float, busy_share: float) -> float:
+    """How long to rest after ``busy_s`` of work so that the work is ``busy_share`` of
+    the time (0 at a share of 1: requests still go first between pages)."""
+    return max(busy_s, 0.0) * (1.0 - busy_share) / busy_share
+
+
 async def collect_garbage(db: Database, blobs: BlobStore, settings: RegistrySettings,
                           metrics: RegistryMetrics | None = None) -> GcReport:
     """One pass over the store; see the module docstring for what is removed.
@@ -143,9 +151,12 @@ async def _collect(db: Database, blobs: BlobStore, settings: RegistrySettings,
     report = GcReport()
     cutoff = utcnow() - timedelta(seconds=settings.blob_gc_grace_s)
     gc = _Pass(db, blobs, report, cutoff, metrics)
+    busy_since = time.monotonic()
     async for page in pages(blobs, PAGE_BLOBS):
         await gc.page(page)
-        await asyncio.sleep(0)  # requests go first between pages
+        await asyncio.sleep(rest_after(time.monotonic() - busy_since,
+                                       settings.blob_gc_busy_share))
+        busy_since = time.monotonic()
     async with db.session() as session:
         await drop_expired(session)
         await session.commit()

@@ -29,8 +29,9 @@ from registry_service.errors import BlobNotFound, BlobStoreFull, BlobStoreUnavai
 
 _COPY_BUFFER = 1024 * 1024
 TEMP_SUFFIX = ".tmp"
-# Bytes of the listing read at a time (about 800 blobs).
-LIST_READ_BYTES = 64 * 1024
+# Bytes of the listing read (and turned into blobs) between two turns of the event loop:
+# about 200 blobs.
+LIST_READ_BYTES = 16 * 1024
 
 
 # Out of space, or over a quota: 507 insufficient_storage, as a full staging folder.
@@ -184,6 +185,8 @@ class LocalBlobStore:
                 chunk += await lines.readline()  # to the end of the last line
                 for line in chunk.splitlines():
                     yield _stored_blob(line)
+                # A read the pipe's buffer answers does not suspend: requests go first.
+                await asyncio.sleep(0)
 
     async def check(self) -> None:
         await asyncio.to_thread(self._check_sync)
@@ -261,7 +264,9 @@ async def walk_child(*args: str) -> AsyncIterator[asyncio.StreamReader]:
     try:
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-I", WALK_SCRIPT, *args, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            # A terminal's Ctrl-C goes to the registry, whose shutdown ends the walk.
+            start_new_session=True)
     except OSError as exc:
         raise _unavailable(exc, "walk the store") from exc
     if child.stdout is None or child.stderr is None:

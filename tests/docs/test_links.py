@@ -69,3 +69,21 @@ def test_the_slugs_are_githubs() -> None:
     assert slug("In production: Postgres, S3 and NATS") == "in-production-postgres-s3-and-nats"
     assert slug("Placement: which agents keep an adapter hot") == \
         "placement-which-agents-keep-an-adapter-hot"
+
+
+_CODE_POINTER = re.compile(r"docs/([\w-]+\.md)#([\w-]+)")
+_PACKAGES = ("registry_service", "inference_agent", "loraplane", "loraplane_cli",
+             "devharness", "bench")
+
+
+def test_pointers_from_the_code_name_a_heading() -> None:
+    """A comment's ``Why: docs/decisions.md#anchor`` leads to a heading of that page."""
+    pointers = [(path, page, anchor) for package in _PACKAGES
+                for path in sorted((ROOT / package).rglob("*.py"))
+                for page, anchor in _CODE_POINTER.findall(path.read_text())]
+    assert pointers, "no pointers found: the pattern no longer matches the code's"
+    missing = [f"{path.relative_to(ROOT)}: docs/{page}#{anchor}"
+               for path, page, anchor in pointers
+               if not (ROOT / "docs" / page).exists()
+               or anchor not in anchors(ROOT / "docs" / page)]
+    assert missing == []

@@ -100,6 +100,8 @@ async def admin_works(client: httpx.AsyncClient, token: str) -> bool:
     ({"blob_gc_grace_s": -1}, "blob_gc_grace_s"),
     ({"blob_upload_lease_s": 0}, "blob_upload_lease_s"),
     ({"fleet_metrics_max_age_s": -1}, "fleet_metrics_max_age_s"),
+    ({"blob_gc_busy_share": 0}, "blob_gc_busy_share"),
+    ({"blob_gc_busy_share": 1.5}, "blob_gc_busy_share"),
     ({"fleet_metrics_max_age_s": 301}, "fleet_metrics_max_age_s"),
 ])
 def test_bad_settings_are_refused_naming_the_field(values: dict[str, Any], field: str) -> None:

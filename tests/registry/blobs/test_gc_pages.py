@@ -241,3 +241,31 @@ async def test_the_local_store_lists_blobs_only_and_sweeps_old_temporary_files(
     assert await local_store.sweep_incomplete(3600.0) == 2
     assert not any(path.exists() for path in stale) and fresh.exists()
     assert await listed(local_store) == set(shas)
+
+
+def test_the_rest_makes_the_work_its_share_of_the_time() -> None:
+    assert gc.rest_after(1.0, 0.25) == pytest.approx(3.0)  # busy 1 s of every 4
+    assert gc.rest_after(0.2, 0.5) == pytest.approx(0.2)
+    assert gc.rest_after(0.2, 1.0) == 0.0
+    assert gc.rest_after(-0.1, 0.5) == 0.0  # a clock step back never means a longer rest
+
+
+async def test_a_pass_rests_after_each_page_by_its_busy_share(
+    db: Database, local_store: LocalBlobStore, tmp_path: Path, small_pages: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await put_many(local_store, tmp_path / "src", "blob", 9)
+    rests: list[tuple[float, float]] = []
+
+    def recorded(busy_s: float, busy_share: float) -> float:
+        rests.append((busy_s, busy_share))
+        return 0.0
+
+    monkeypatch.setattr(gc, "rest_after", recorded)
+    config = settings(tmp_path, 3600.0).model_copy(update={"blob_gc_busy_share": 0.4})
+
+    report = await collect_garbage(db, local_store, config)
+
+    assert report.examined == 9
+    assert len(rests) == 3  # pages of 4, 4 and 1
+    assert all(busy >= 0 and share == 0.4 for busy, share in rests)

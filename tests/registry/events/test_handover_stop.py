@@ -1,7 +1,7 @@
 """Stopping the hand-over ends its task even when the cancel is swallowed: Python 3.11's
 ``asyncio.wait_for`` (inside nats-py's publish) returns the result instead of raising
 when the cancel and the ack arrive together, which left the task waiting for a wake-up
-that never came (seen as bench/relay_latency.py hanging in CI)."""
+that never came (seen as a relay benchmark hanging in CI)."""
 
 from __future__ import annotations
 
