@@ -1,4 +1,4 @@
-"""A registry's history after years of uploads, written straight into Postgres or SQLite.
+"""A registry's history after years of uploads, written straight into Postgres.
 
 ``--versions`` versions over ``--adapters`` adapters in upload order, the hot adapter
 (``bench-hot``) holding 10% of them, interleaved with everyone else's (a seeded
@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import secrets
-import sqlite3
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -270,50 +269,6 @@ async def load_postgres(url: str, history: History) -> None:
             await conn.execute(f"VACUUM (ANALYZE) {table_name}")
     finally:
         await conn.close()
-
-
-def _sqlite_value(value: Any) -> Any:
-    # The registry's UTCDateTime stores naive UTC text on SQLite.
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")
-    return value
-
-
-def _sqlite_insert(db: sqlite3.Connection, table_name: str, columns: tuple[str, ...],
-                   rows: list[tuple[Any, ...]]) -> None:
-    marks = ", ".join("?" * len(columns))
-    db.executemany(f"INSERT INTO {table_name} ({', '.join(columns)}) VALUES ({marks})",
-                   [tuple(_sqlite_value(v) for v in row) for row in rows])
-
-
-def load_sqlite(path: str, history: History) -> None:
-    """Insert the history into a migrated, empty SQLite file, then ANALYZE."""
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("BEGIN")
-        _sqlite_insert(db, "tenants", ("id", "name", "created_at"), [(1, TENANT, START)])
-        _sqlite_insert(db, "adapters", ("id", "name", "tenant_id", "base_model",
-                                        "description", "last_version", "created_at",
-                                        "deleted_at"), history.adapter_rows())
-        done = 0
-        alias_columns = ("id", "adapter_id", "name", "version_id", "revision", "updated_at")
-        _sqlite_insert(db, "aliases", alias_columns,
-                       [(a.id, a.adapter_id, a.name, None, 0, START)
-                        for a in history.aliases.values()])
-        for batch in history.batches():
-            _sqlite_insert(db, "versions", VERSION_COLUMNS, batch.versions)
-            _sqlite_insert(db, "alias_moves", MOVE_COLUMNS, batch.moves)
-            _sqlite_insert(db, "version_blobs", BLOB_COLUMNS, batch.blobs)
-            done += len(batch.versions)
-            _progress(done, history.versions)
-        db.executemany("UPDATE aliases SET version_id = ?, revision = ? WHERE id = ?",
-                       [(a.version_id, a.revision, a.id) for a in history.aliases.values()])
-        db.execute("COMMIT")
-        db.execute("ANALYZE")
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        db.close()
 
 
 async def migrate_fresh(async_url: str) -> None:
