@@ -18,10 +18,10 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 from urllib.parse import quote
 
+from registry_service.blobs.walk_store import SHA256_RE
 from registry_service.errors import BlobStoreUnavailable, InvalidInput
 
 DEFAULT_CHUNK_SIZE = 1024 * 1024
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 # Anything outside this set is replaced in the ASCII fallback filename; the exact
 # name still travels in the RFC 5987 `filename*` parameter.
 _UNSAFE_FILENAME_CHARS = re.compile(r"[^A-Za-z0-9._\- +@()\[\]]")
@@ -29,7 +29,7 @@ _UNSAFE_FILENAME_CHARS = re.compile(r"[^A-Za-z0-9._\- +@()\[\]]")
 
 def validate_sha256(sha256: str) -> str:
     """Return the digest unchanged, or refuse it: keys and paths are built from it."""
-    if not _SHA256_RE.fullmatch(sha256):
+    if not SHA256_RE.fullmatch(sha256):
         raise InvalidInput(
             "not a lowercase hex sha256 digest",
             code="invalid_sha256",
@@ -51,7 +51,7 @@ def blob_key(sha256: str) -> str:
 def sha256_of_key(key: str) -> str | None:
     """The digest a store key or file name ends with, or None for anything else."""
     name = key.rsplit("/", 1)[-1]
-    return name if _SHA256_RE.fullmatch(name) else None
+    return name if SHA256_RE.fullmatch(name) else None
 
 
 @dataclass(frozen=True, slots=True)

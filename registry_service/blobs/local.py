@@ -25,10 +25,10 @@ from registry_service.blobs.base import (
     StoredBlob,
     blob_key,
 )
+from registry_service.blobs.walk_store import TEMP_SUFFIX
 from registry_service.errors import BlobNotFound, BlobStoreFull, BlobStoreUnavailable
 
 _COPY_BUFFER = 1024 * 1024
-TEMP_SUFFIX = ".tmp"
 # Bytes of the listing read (and turned into blobs) between two turns of the event loop:
 # about 200 blobs.
 LIST_READ_BYTES = 16 * 1024

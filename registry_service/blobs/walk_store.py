@@ -22,7 +22,9 @@ import sys
 import time
 from collections.abc import Iterator
 
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+# The store's names, shared with the registry (which imports them from here).
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+TEMP_SUFFIX = ".tmp"
 NICENESS = 10
 
 
@@ -48,7 +50,7 @@ def blob_lines(root: str) -> Iterator[bytes]:
     dot and never match)."""
     for shard in shard_dirs(root):
         for entry in _scan(shard):
-            if len(entry.name) != 64 or not _SHA256_RE.fullmatch(entry.name):
+            if len(entry.name) != 64 or not SHA256_RE.fullmatch(entry.name):
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
@@ -58,14 +60,14 @@ def blob_lines(root: str) -> Iterator[bytes]:
                 yield b"%s %d\n" % (entry.name.encode(), info.st_mtime_ns)
 
 
-def remove_stale_tmp(root: str, older_than_s: float, temp_suffix: str = ".tmp") -> int:
+def remove_stale_tmp(root: str, older_than_s: float) -> int:
     """Remove the temporary files older than ``older_than_s`` where the store writes
     them: its root (streamed uploads) and its shard directories (blobs being put)."""
     cutoff = time.time() - older_than_s
     removed = 0
     for directory in itertools.chain((root,), shard_dirs(root)):
         for entry in _scan(directory):
-            if not (entry.name.startswith(".") and entry.name.endswith(temp_suffix)):
+            if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIX)):
                 continue
             try:
                 if entry.is_file(follow_symlinks=False) and \
