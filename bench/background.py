@@ -154,6 +154,19 @@ def wait_for_pass(client: httpx.Client, url: str, timeout_s: float,
     raise RuntimeError(f"no blob collector pass started within {timeout_s:.0f} s")
 
 
+def wait_for_quiet(client: httpx.Client, url: str, timeout_s: float,
+                   interval_s: float = 0.05) -> Scrape:
+    """The first scrape after the registry's start-up collector pass ended, none running."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen = scrape(client, url)
+        if seen.value(f"{GC_PASS}_count") >= 1 and seen.value(GC_RUNNING) == 0:
+            return seen
+        time.sleep(interval_s)
+    raise RuntimeError(f"the registry's start-up collector pass did not end within "
+                       f"{timeout_s:.0f} s")
+
+
 class GcWatch:
     """Samples the collector's ``running`` gauge every ``interval_s`` in a thread, from a
     scrape that saw a pass running (the window opens inside a pass) to ``close``."""

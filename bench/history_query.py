@@ -19,14 +19,17 @@ near its end (and a typical adapter's first page), each ``--samples`` times:
   pass ran is sampled from ``/metrics``), and ``--agents`` agents report their status
   every ``--report-interval`` s, from a process of their own. The registry's event-loop
   lag histogram is read over the same window (two scrapes);
+- ``api, no background``: the same calls on a registry with no background work (the
+  same database, an empty store, no agents), once before the busy phase and once after;
 - ``service``: ``registry_service.versions.history.history_page`` (what the route
   answers, as JSON bytes) called directly in a session of the registry's own
   ``Database``, before the registry starts;
 - ``sql``: the keyset statement the service sends, captured from SQLAlchemy, run
   alone through asyncpg; ``sql offset`` (in the middle only): the same page by ``OFFSET``.
 
-Goals (issue 41): API p99 < 10 ms and loop-lag p99 < 5 ms. ``EXPLAIN (ANALYZE,
-BUFFERS)`` of the keyset statement shows which index it uses. The database and the
+Goals (issue 41): API p99 < 10 ms and loop-lag p99 < 5 ms, and the same goals as
+ratios within the run (``goals``), for a machine slower than the issue's. ``EXPLAIN
+(ANALYZE, BUFFERS)`` of the keyset statement shows which index it uses. The database and the
 store are removed at the end, whatever happens.
 
     .venv/bin/python -m bench.history_query --versions 1000000 --samples 500
@@ -55,8 +58,12 @@ from bench.background import (
     AgentFleet,
     GcWatch,
     agent_tokens,
+    histogram_delta,
+    lag_summary,
     loop_stalls,
+    scrape,
     wait_for_pass,
+    wait_for_quiet,
 )
 from bench.common import (
     busy_share,
@@ -81,6 +88,8 @@ from bench.history_layers import (
 )
 
 ADMIN_TOKEN = "lp_bench-history-admin-token-0123456789"
+HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+QUIET = "api, no background"
 
 # --- the API, under the background work -----------------------------------------------------
 
@@ -112,6 +121,8 @@ class Background:
     agents: dict[str, Any]
     # Stalls the registry's watchdog logged (over its whole run, start-up included).
     stalls: dict[str, Any] = field(default_factory=dict)
+    # The loop lag on the registry with no background work, over both quiet phases.
+    quiet_lag: dict[str, Any] = field(default_factory=dict)
 
     @property
     def loop_lag(self) -> dict[str, Any]:
@@ -119,35 +130,59 @@ class Background:
         return lag
 
 
+def _warm(gets: list[Callable[[], None]]) -> None:
+    for warm in gets:
+        for _ in range(WARMUP):
+            warm()
+
+
+def _rounds(gets: list[Callable[[], None]], samples: int) -> list[list[float]]:
+    """Seconds per call, each get ``samples`` times, taking turns."""
+    times: list[list[float]] = [[] for _ in gets]
+    for _ in range(samples):
+        for timed, spent in zip(gets, times, strict=True):
+            t0 = time.perf_counter()
+            timed()
+            spent.append(time.perf_counter() - t0)
+    return times
+
+
 def measure_api(registry_url: str, data: Dataset, samples: int, fleet: AgentFleet,
                 gc_wait_s: float) -> tuple[list[Result], Background]:
     """Time every page ``samples`` times, taking turns, in a window that opens while a
     collector pass runs."""
-    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     specs = positions(data.hot_versions)
-    with httpx.Client(base_url=registry_url, headers=headers, timeout=30) as client:
+    with httpx.Client(base_url=registry_url, headers=HEADERS, timeout=30) as client:
         gets = _gets(client, specs)
-        for warm in gets:
-            for _ in range(WARMUP):
-                warm()
-        times: list[list[float]] = [[] for _ in gets]
+        _warm(gets)
         with GcWatch(registry_url, wait_for_pass(client, registry_url, gc_wait_s)) as watch:
-            for _ in range(samples):
-                for timed, spent in zip(gets, times, strict=True):
-                    t0 = time.perf_counter()
-                    timed()
-                    spent.append(time.perf_counter() - t0)
+            times = _rounds(gets, samples)
     closed = watch.closed.at if watch.closed else time.monotonic()
     background = Background(watch.summary(), fleet.summary(watch.opened.at, closed))
     return [timed_result("api", label, adapter, cursor, spent)
             for (label, adapter, cursor), spent in zip(specs, times, strict=True)], background
 
 
+def measure_quiet(registry_url: str, data: Dataset, samples: int
+                  ) -> tuple[list[list[float]], list[tuple[float, float]]]:
+    """The same calls on a registry with no background work (its start-up pass over an
+    empty store over, no agents): seconds per call per page, and the lag histogram's
+    counts meanwhile."""
+    with httpx.Client(base_url=registry_url, headers=HEADERS, timeout=30) as client:
+        wait_for_quiet(client, registry_url, 120.0)
+        gets = _gets(client, positions(data.hot_versions))
+        _warm(gets)
+        before = scrape(client, registry_url)
+        times = _rounds(gets, samples)
+        after = scrape(client, registry_url)
+    return times, histogram_delta(before, after, LOOP_LAG)
+
+
 # --- main ----------------------------------------------------------------------------------
 
 def render(results: list[Result], plans: dict[str, Any], data: Dataset) -> str:
-    order = {"api": 0, "service": 1, "sql": 2}
-    ranked = sorted(results, key=lambda r: (order.get(r.layer, 3), r.position != "first page"))
+    order = {"api": 0, QUIET: 1, "service": 2, "sql": 3}
+    ranked = sorted(results, key=lambda r: (order.get(r.layer, 4), r.position != "first page"))
     rows = [[r.layer, r.position, r.adapter, "-" if r.cursor is None else r.cursor, r.n,
              f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", f"{r.mean_ms:.2f}", f"{r.max_ms:.2f}"]
             for r in ranked]
@@ -182,13 +217,25 @@ def ratios(results: list[Result]) -> dict[str, float]:
 
 
 def goals(results: list[Result], background: Background) -> dict[str, dict[str, Any]]:
-    """Issue 41's goals under a collector pass: the slowest page's API p99, loop lag p99."""
+    """Issue 41's goals under a collector pass: the slowest page's API p99 and the loop
+    lag's p99, in ms as the issue states them and as ratios within this run. The ratios
+    carry the issue's own figures to another machine: its 10 ms was about twice the API
+    p99 with the collector held back (4.8-5.4 ms), its 5 ms lag 1.39x the API p50
+    (3.6 ms)."""
     api_p99 = max(r.p99_ms for r in results if r.layer == "api")
+    quiet_p99 = max(r.p99_ms for r in results if r.layer == QUIET)
+    quiet_p50 = max(r.p50_ms for r in results if r.layer == QUIET)
     lag_p99 = background.window["loop_lag"]["p99_ms"]
-    return {"history API p99 (slowest page)": {"ms": round(api_p99, 2), "goal_ms": 10.0,
-                                               "met": api_p99 < 10.0},
-            "event-loop lag p99": {"ms": round(lag_p99, 2), "goal_ms": 5.0,
-                                   "met": lag_p99 < 5.0}}
+    return {
+        "history API p99 (slowest page)": _goal(api_p99, 10.0, "ms"),
+        "event-loop lag p99": _goal(lag_p99, 5.0, "ms"),
+        "history API p99, busy / no background": _goal(api_p99 / quiet_p99, 2.0, "x"),
+        "event-loop lag p99 / API p50 with no background": _goal(lag_p99 / quiet_p50,
+                                                                 round(5.0 / 3.6, 2), "x")}
+
+
+def _goal(value: float, goal: float, unit: str) -> dict[str, Any]:
+    return {"value": round(value, 2), "goal": goal, "unit": unit, "met": value < goal}
 
 
 def render_background(background: Background, met: dict[str, dict[str, Any]]) -> str:
@@ -209,7 +256,10 @@ def render_background(background: Background, met: dict[str, dict[str, Any]]) ->
     lines.append(f"stalls the registry's watchdog logged over its whole run: {st['count']}, "
                  f"{st['seconds_in_all']:.1f} s in all, the longest {st['longest_s']:.2f} s; "
                  "most named: " + "; ".join(f"{n}x {place}" for place, n in st["most_named"]))
-    lines += [f"goal {name} < {g['goal_ms']:g} ms: {g['ms']:.2f} ms, "
+    quiet = background.quiet_lag
+    lines.append(f"event-loop lag with no background work ({quiet['ticks']} ticks): p50 "
+                 f"{quiet['p50_ms']:.2f} ms, p99 {quiet['p99_ms']:.2f} ms")
+    lines += [f"goal {name} < {g['goal']:g} {g['unit']}: {g['value']:.2f} {g['unit']}, "
               f"{'met' if g['met'] else 'NOT MET'}" for name, g in met.items()]
     return "\n".join(lines)
 
@@ -233,22 +283,42 @@ def _registry_env(pg_url: str, nats_url: str, args: argparse.Namespace) -> dict[
                 else {"LORAPLANE_BLOB_GC_BUSY_SHARE": str(args.gc_busy_share)})
 
 
+def _quiet_env(pg_url: str, nats_url: str, args: argparse.Namespace) -> dict[str, str]:
+    return _registry_env(pg_url, nats_url, args) | {"LORAPLANE_BLOB_GC_INTERVAL_S": "3600"}
+
+
+async def _without_background(pg_url: str, nats_url: str, work: Path, data: Dataset,
+                              args: argparse.Namespace) -> tuple[list[list[float]],
+                                                                 list[tuple[float, float]]]:
+    """One quiet phase: a registry on the same database with an empty store (its
+    start-up pass has nothing to list) and no agents."""
+    with running_registry(work / "quiet", _quiet_env(pg_url, nats_url, args)) as reg:
+        return await asyncio.to_thread(measure_quiet, reg.url, data, args.samples)
+
+
 async def _under_background(pg_url: str, work: Path, data: Dataset,
                             args: argparse.Namespace) -> tuple[list[Result], Background]:
+    """Quiet, busy, quiet: the quiet phases bracket the busy one so that a drift of the
+    machine's speed falls on both sides of the ratio."""
     from devharness.services import NatsService  # noqa: PLC0415
 
     nats = NatsService(work)
     nats.start()
     try:
+        before, lag_before = await _without_background(pg_url, nats.url, work, data, args)
         with running_registry(work / "registry", _registry_env(pg_url, nats.url, args)) as reg:
             tokens = agent_tokens(reg.url, ADMIN_TOKEN, args.agents)
             with AgentFleet(reg.url, tokens, args.agent_adapters, args.report_interval) as fleet:
                 results, background = await asyncio.to_thread(
                     measure_api, reg.url, data, args.samples, fleet, args.gc_wait)
         background.stalls = loop_stalls(reg.log)
-        return results, background
+        after, lag_after = await _without_background(pg_url, nats.url, work, data, args)
     finally:
         nats.stop()
+    background.quiet_lag = lag_summary([(le, n + dict(lag_after)[le]) for le, n in lag_before])
+    quiet = [timed_result(QUIET, label, adapter, cursor, a + b) for (label, adapter, cursor), a, b
+             in zip(positions(data.hot_versions), before, after, strict=True)]
+    return results + quiet, background
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 from bench.background import histogram_quantile, lag_summary, loop_stalls
 from bench.history_query import main
 
-LAYERS = {"api", "service", "sql"}
+LAYERS = {"api", "api, no background", "service", "sql"}
 PAGES = {"first page", "middle", "near the end", "typical adapter, first page"}
 SMALL = ["--versions", "3000", "--adapters", "5", "--samples", "3", "--orphans", "40",
          "--agents", "3", "--report-interval", "0.1", "--gc-interval", "0.05",
@@ -30,8 +30,10 @@ def test_the_history_query_benchmark_times_every_page_under_the_background_work(
     measured = {(r["layer"], r["position"]) for r in document["results"]}
     assert measured == {(layer, page) for layer in LAYERS for page in PAGES} | {
         ("sql OFFSET (contrast)", "middle")}
-    for r in document["results"]:  # the OFFSET contrast takes at least 10 samples
-        assert r["n"] == (10 if "OFFSET" in r["layer"] else 3), r
+    # The OFFSET contrast takes at least 10 samples; two quiet phases take 3 each.
+    n = {"sql OFFSET (contrast)": 10, "api, no background": 6}
+    for r in document["results"]:
+        assert r["n"] == n.get(r["layer"], 3), r
         assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"], r
     assert document["dataset"]["versions"] == 3000
     assert document["blob_store"] | {"written_s": 0} == {"referenced": 6000, "orphans": 40,
@@ -48,15 +50,28 @@ def test_the_history_query_benchmark_times_every_page_under_the_background_work(
     assert agents["agents"] == 3 and agents["errors"] == 0 and agents["reports"] > 0
     assert set(document["background"]["stalls"]) == {"count", "longest_s", "seconds_in_all",
                                                      "most_named"}
-    assert set(document["goals"]) == {"history API p99 (slowest page)", "event-loop lag p99"}
-    for goal in document["goals"].values():
-        assert goal["met"] == (goal["ms"] < goal["goal_ms"])
+    quiet = document["background"]["quiet_lag"]
+    assert quiet["ticks"] > 0 and 0 <= quiet["p50_ms"] <= quiet["p99_ms"]
+    goals = document["goals"]
+    assert set(goals) == {"history API p99 (slowest page)", "event-loop lag p99",
+                          "history API p99, busy / no background",
+                          "event-loop lag p99 / API p50 with no background"}
+    for goal in goals.values():
+        assert goal["met"] == (goal["value"] < goal["goal"])
+    p99 = {r["layer"]: r["p99_ms"] for r in document["results"] if r["position"] == "middle"}
+    worst = {layer: max(r["p99_ms"] for r in document["results"] if r["layer"] == layer)
+             for layer in ("api", "api, no background")}
+    assert goals["history API p99, busy / no background"]["value"] == pytest.approx(
+        worst["api"] / worst["api, no background"], abs=0.01)
+    assert p99["api"] > 0 and p99["api, no background"] > 0
     assert len(document["commit"]["commit"]) == 40
     printed = capsys.readouterr().out
     assert "blob collector: a pass running in " in printed
     assert "event-loop lag (loraplane_registry_event_loop_lag_seconds, " in printed
     assert "goal history API p99 (slowest page) < 10 ms: " in printed
     assert "goal event-loop lag p99 < 5 ms: " in printed
+    assert "goal history API p99, busy / no background < 2 x: " in printed
+    assert "event-loop lag with no background work (" in printed
     assert f"commit {document['commit']['commit']}" in printed
 
 
