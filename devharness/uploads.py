@@ -27,11 +27,11 @@ def adapter_parts(folder: Path) -> list[tuple[str, tuple[str, bytes]]]:
 async def upload(
     harness: RegistryHarness, name: str, parts: list[tuple[str, tuple[str, bytes]]], *,
     aliases: str | None = "live", notes: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None, fields: dict[str, str] | None = None,
 ) -> httpx.Response:
     """A raw multipart upload; ``aliases=None`` leaves the field out (the registry then
-    moves none), the default moves ``live`` as most tests want."""
-    data: dict[str, str] = {}
+    moves none), the default moves ``live`` as most tests want; ``fields`` adds others."""
+    data: dict[str, str] = dict(fields or {})
     if aliases is not None:
         data["aliases"] = aliases
     if notes is not None:

@@ -89,11 +89,26 @@ class _EventBase(_Frozen):
     adapter: AdapterField
 
 
-AliasAction = Literal["publish", "promote", "rollback", "delete", "adapter_deleted"]
+AliasAction = Literal["publish", "promote", "rollback", "delete", "adapter_deleted",
+                      "canary_start", "canary_step", "canary_pause", "canary_resume",
+                      "canary_promote", "canary_abort"]
+# Canary transitions that leave the alias's own version where it was.
+CANARY_HOLDS: frozenset[str] = frozenset({"canary_start", "canary_step", "canary_pause",
+                                          "canary_resume", "canary_abort"})
+
+
+class CanaryRoute(_Frozen):
+    """The share of an alias's traffic a canary version takes: a request goes to
+    ``target`` iff hash(its key, ``id``) falls under ``weight`` percent."""
+
+    id: int = Field(ge=1)
+    weight: int = Field(ge=0, le=100)
+    target: VersionRef
 
 
 class AdapterUpdated(_EventBase):
-    """An alias moved. ``target`` is None when the alias was removed."""
+    """An alias moved, or its canary changed. ``target`` is None when the alias was
+    removed; ``canary`` is the alias's canary after this revision, None when none runs."""
 
     type: Literal["adapter_updated"] = "adapter_updated"
     alias: Slug
@@ -106,6 +121,9 @@ class AdapterUpdated(_EventBase):
     rank: int | None
     files: list[FileRef]
     target: VersionRef | None
+    canary: CanaryRoute | None = None
+    # Why, for a canary's transitions: the failing check, or the operator's words.
+    reason: str | None = Field(default=None, max_length=1000)
 
 
 class VersionPublished(_EventBase):
@@ -254,6 +272,7 @@ class DesiredAlias(_Frozen):
     alias: Slug
     revision: Revision
     target: VersionRef
+    canary: CanaryRoute | None = None
 
 
 class DesiredAdapter(_Frozen):

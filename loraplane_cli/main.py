@@ -21,6 +21,7 @@ from loraplane.client import RegistryError
 from loraplane_cli import (
     account,
     adapters,
+    canary,
     completion,
     events,
     fleet,
@@ -203,6 +204,7 @@ cli.add_command(events.events_command)
 cli.add_command(tokens.token_group)
 cli.add_command(fleet.agents_command)
 cli.add_command(fleet.rollout_command)
+cli.add_command(canary.canary_group)
 cli.add_command(agent_command)
 cli.add_command(account.login_command)
 cli.add_command(account.whoami_command)

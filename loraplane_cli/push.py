@@ -21,6 +21,7 @@ from loraplane.client import FilePart, InvalidSource
 from loraplane.client.multipart import OnProgress
 from loraplane.client.multipart import collect_files as source_files
 from loraplane.naming import DEFAULT_ALIAS
+from loraplane_cli.canary import parse_steps, render_canary
 from loraplane_cli.client import cli_error
 from loraplane_cli.context import CliState, pass_state
 from loraplane_cli.output import Output, human_size
@@ -147,6 +148,11 @@ def _render_aliases(out: Output, result: UploadResult) -> None:
               help="Accept tensor shapes unlike the adapter's current versions' "
                    "(a new base model).")
 @click.option("--notes", default=None, help="Free-text notes stored with the version.")
+@click.option("--canary", "canary_steps", default=None, metavar="STEPS",
+              help="Then start a canary of the new version on --canary-alias, through these "
+                   "weights in percent (e.g. 10, or 10,50), with the default analysis.")
+@click.option("--canary-alias", default=DEFAULT_ALIAS, show_default=True,
+              help="The alias --canary runs on.")
 @pass_state
 def push_command(
     state: CliState,
@@ -158,6 +164,8 @@ def push_command(
     no_alias: bool,
     allow_shape_change: bool,
     notes: str | None,
+    canary_steps: str | None,
+    canary_alias: str,
 ) -> None:
     """Upload a PEFT adapter (a folder, or one .tar.gz/.tgz/.tar/.zip) as a version of NAME.
 
@@ -165,8 +173,25 @@ def push_command(
     version later. A version whose tensor shapes differ from the adapter's current
     versions' is refused unless --allow-shape-change. Uploading the same files again is
     not a new version: the existing one is reported and its aliases are moved as asked.
+    With --canary, the version then earns the alias's traffic step by step
+    (`loraplane canary status NAME` follows it).
     """
-    request = PushRequest(name, collect_files(source), parse_alias_options(aliases, no_alias),
-                          notes, allow_shape_change)
+    moved = parse_alias_options(aliases, no_alias)
+    steps = None if canary_steps is None else parse_steps(canary_steps)
+    if steps is not None and canary_alias in moved:
+        raise click.UsageError(f"--canary runs on {canary_alias!r}: do not also move it "
+                               "with --alias")
+    request = PushRequest(name, collect_files(source), moved, notes, allow_shape_change)
     result = upload(state, request)
-    state.output.emit(result, lambda: render_result(state.output, result))
+    if steps is None:
+        state.output.emit(result, lambda: render_result(state.output, result))
+        return
+    canary = state.client().start_canary(name, result.version, alias=canary_alias,
+                                         steps=steps)
+
+    def render() -> None:
+        render_result(state.output, result)
+        render_canary(state.output, canary)
+
+    state.output.emit({"upload": result.model_dump(mode="json"),
+                       "canary": canary.model_dump(mode="json")}, render)

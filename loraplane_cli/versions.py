@@ -110,17 +110,25 @@ expected_option = click.option(
 )
 
 
+abort_canary_option = click.option(
+    "--abort-canary", is_flag=True,
+    help="Abort a canary running on the alias first (else the move is refused).")
+
+
 @click.command("promote", short_help="Point an alias at a version.")
 @click.argument("name")
 @click.argument("version", type=click.IntRange(min=1))
 @alias_option()
 @expected_option
+@abort_canary_option
 @pass_state
 def promote_command(
-    state: CliState, name: str, version: int, alias: str, expected_revision: int | None
+    state: CliState, name: str, version: int, alias: str, expected_revision: int | None,
+    abort_canary: bool,
 ) -> None:
     """Point an alias of adapter NAME at VERSION (creates the alias if needed)."""
-    result = state.client().move_alias(name, alias, version, expected_revision=expected_revision)
+    result = state.client().move_alias(name, alias, version, expected_revision=expected_revision,
+                                       abort_canary=abort_canary)
     emit_alias_state(state, result)
 
 
@@ -128,14 +136,17 @@ def promote_command(
 @click.argument("name")
 @alias_option()
 @expected_option
+@abort_canary_option
 @pass_state
-def rollback_command(state: CliState, name: str, alias: str, expected_revision: int | None) -> None:
+def rollback_command(state: CliState, name: str, alias: str, expected_revision: int | None,
+                     abort_canary: bool) -> None:
     """Undo the latest move of an alias of adapter NAME that no rollback has undone.
 
     Repeated rollbacks walk back through the alias's history: after v1, v2, v3 they go
     to v2, then v1, then refuse (no previous version).
     """
-    result = state.client().rollback(name, alias, expected_revision=expected_revision)
+    result = state.client().rollback(name, alias, expected_revision=expected_revision,
+                                     abort_canary=abort_canary)
     emit_alias_state(state, result)
 
 
@@ -150,20 +161,23 @@ def rollback_command(state: CliState, name: str, alias: str, expected_revision: 
 )
 @pass_state
 def history_command(state: CliState, name: str, alias: str, limit: int) -> None:
-    """The moves of an alias of adapter NAME: publish, promote, rollback, delete."""
+    """The moves of an alias of adapter NAME: publish, promote, rollback, delete, and its
+    canaries' transitions with their reasons."""
     result = state.client().alias_history(name, alias, limit=limit)
     rows = [
-        (m.revision, m.action, m.from_version, m.to_version, m.actor, short_time(m.created_at))
+        (m.revision, m.action, m.from_version, m.to_version, m.actor, short_time(m.created_at),
+         m.reason)
         for m in result.moves
     ]
     state.output.emit(
         result,
         lambda: state.output.table(
-            ("revision", "action", "from", "to", "actor", "at"),
+            ("revision", "action", "from", "to", "actor", "at", "reason"),
             rows,
             title=f"{name}@{alias}: alias moves",
             empty=f"{name}@{alias} was never moved",
             whole=("revision", "from", "to", "at"),
+            optional=("reason",),
         ),
     )
 

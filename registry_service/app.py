@@ -35,6 +35,7 @@ from registry_service.bootstrap import (
     prepare_database,
     start_embedded_nats,
 )
+from registry_service.canaries.routes import router as canaries_router
 from registry_service.context import RegistryContext
 from registry_service.desired.routes import router as desired_router
 from registry_service.events.file_links import event_file_linker
@@ -134,7 +135,7 @@ def create_app(settings: RegistrySettings | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     install_error_handlers(app)
     for router in (health_router, adapters_router, retired_names, versions_router,
-                   aliases_router,
+                   aliases_router, canaries_router,
                    routing_router, events_router, desired_router, agents_router,
                    tokens_router, whoami_router, blobs_router):
         app.include_router(router)

@@ -99,7 +99,7 @@ class DesiredMirror:
         else:
             self._removed.pop(key, None)
             aliases.append(DesiredAlias(alias=event.alias, revision=event.revision,
-                                        target=event.target))
+                                        target=event.target, canary=event.canary))
         self._known[event.adapter] = current.model_copy(
             update={"aliases": sorted(aliases, key=lambda a: a.alias)})
         self.counts.applied += 1

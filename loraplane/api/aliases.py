@@ -12,10 +12,14 @@ from loraplane.api.bounds import Revision, VersionNumber
 class AliasMoveRequest(BaseModel):
     version: VersionNumber
     expected_revision: Revision | None = None
+    # A canary running on the alias refuses the move (409 ``canary_running``) unless
+    # this aborts it first.
+    abort_canary: bool = False
 
 
 class RollbackRequest(BaseModel):
     expected_revision: Revision | None = None
+    abort_canary: bool = False
 
 
 class AliasState(BaseModel):
@@ -34,6 +38,7 @@ class AliasMoveOut(BaseModel):
     to_version: int | None
     actor: str
     created_at: datetime
+    reason: str | None = None
 
 
 class AliasHistory(BaseModel):

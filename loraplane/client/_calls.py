@@ -26,6 +26,7 @@ from loraplane.api import (
     VersionPage,
 )
 from loraplane.api.agents import InferenceCredentials
+from loraplane.api.canaries import Canary, CanaryAnalysis, CanaryList, CanaryVerb, OnFailure
 from loraplane.api.events import DEFAULT_PAGE, EventKeyList
 from loraplane.client._core import Call, model, nothing, path, query
 from loraplane.client.multipart import (
@@ -76,7 +77,7 @@ def delete_adapter(name: str) -> Call[None]:
 
 def push(name: str, source: Path | Sequence[FilePart], aliases: Sequence[str],
          notes: str | None, on_progress: OnProgress | None,
-         allow_shape_change: bool = False) -> Call[UploadResult]:
+         allow_shape_change: bool = False, abort_canary: bool = False) -> Call[UploadResult]:
     files = collect_files(source) if isinstance(source, Path) else list(source)
     # Always sent, empty included: a body without it makes the registry move ``live``.
     fields = [FieldPart("aliases", ",".join(aliases))]
@@ -84,6 +85,8 @@ def push(name: str, source: Path | Sequence[FilePart], aliases: Sequence[str],
         fields.append(FieldPart("notes", notes))
     if allow_shape_change:
         fields.append(FieldPart("allow_shape_change", "true"))
+    if abort_canary:
+        fields.append(FieldPart("abort_canary", "true"))
     body = MultipartBody(fields, files, on_progress=on_progress)
     return Call("POST", path("adapters", name, "versions"), model(UploadResult), body=body,
                 upload=True)
@@ -100,26 +103,57 @@ def get_version(name: str, version: int) -> Call[VersionOut]:
 
 # Aliases
 
-def move_alias(name: str, alias: str, version: int,
-               expected_revision: int | None) -> Call[AliasState]:
-    body = _body(version=version, expected_revision=expected_revision)
+def move_alias(name: str, alias: str, version: int, expected_revision: int | None,
+               abort_canary: bool = False) -> Call[AliasState]:
+    body = _body(version=version, expected_revision=expected_revision,
+                 abort_canary=abort_canary or None)
     return Call("PUT", path("adapters", name, "aliases", alias), model(AliasState), json=body)
 
 
-def rollback(name: str, alias: str, expected_revision: int | None) -> Call[AliasState]:
-    body = None if expected_revision is None else {"expected_revision": expected_revision}
+def rollback(name: str, alias: str, expected_revision: int | None,
+             abort_canary: bool = False) -> Call[AliasState]:
+    body = _body(expected_revision=expected_revision, abort_canary=abort_canary or None) or None
     return Call("POST", path("adapters", name, "aliases", alias, "rollback"),
                 model(AliasState), json=body)
 
 
-def delete_alias(name: str, alias: str) -> Call[AliasState]:
-    return Call("DELETE", path("adapters", name, "aliases", alias), model(AliasState))
+def delete_alias(name: str, alias: str, abort_canary: bool = False) -> Call[AliasState]:
+    return Call("DELETE", path("adapters", name, "aliases", alias), model(AliasState),
+                params=query({"abort_canary": abort_canary or None}))
 
 
 def alias_history(name: str, alias: str, limit: int | None,
                   cursor: str | None = None) -> Call[AliasHistory]:
     return Call("GET", path("adapters", name, "aliases", alias, "history"),
                 model(AliasHistory), params=query({"limit": limit, "cursor": cursor}))
+
+
+# Canaries
+
+def start_canary(name: str, alias: str, version: int, steps: Sequence[int] | None,
+                 step_seconds: int | None, analysis: CanaryAnalysis | None,
+                 on_failure: OnFailure | None) -> Call[Canary]:
+    body = _body(version=version, steps=list(steps) if steps else None,
+                 step_seconds=step_seconds, on_failure=on_failure,
+                 analysis=analysis.model_dump() if analysis else None)
+    return Call("POST", path("adapters", name, "aliases", alias, "canary"), model(Canary),
+                json=body)
+
+
+def get_canary(name: str, alias: str) -> Call[Canary]:
+    return Call("GET", path("adapters", name, "aliases", alias, "canary"), model(Canary))
+
+
+def canary_action(name: str, alias: str, action: CanaryVerb,
+                  reason: str | None) -> Call[Canary]:
+    return Call("POST", path("adapters", name, "aliases", alias, "canary", action),
+                model(Canary), json=_body(reason=reason))
+
+
+def list_canaries(name: str, alias: str, limit: int | None,
+                  cursor: str | None) -> Call[CanaryList]:
+    return Call("GET", path("adapters", name, "aliases", alias, "canaries"), model(CanaryList),
+                params=query({"limit": limit, "cursor": cursor}))
 
 
 # Routing rules

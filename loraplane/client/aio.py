@@ -32,6 +32,7 @@ from loraplane.api import (
     VersionPage,
 )
 from loraplane.api.agents import InferenceCredentials
+from loraplane.api.canaries import Canary, CanaryAnalysis, CanaryList, OnFailure
 from loraplane.api.events import DEFAULT_PAGE, EventKeyList
 from loraplane.client import _calls as api
 from loraplane.client._core import (
@@ -148,18 +149,20 @@ class AsyncRegistryClient:
     async def push(self, name: str, source: Path | Sequence[FilePart], *,
                    aliases: Sequence[str] = (), notes: str | None = None,
                    on_progress: OnProgress | None = None,
-                   allow_shape_change: bool = False) -> UploadResult:
+                   allow_shape_change: bool = False, abort_canary: bool = False) -> UploadResult:
         """Upload a PEFT folder or one archive as a version of ``name``, streamed from disk,
         and point ``aliases`` at it: by default none moves, storing a version is not
         serving it (``move_alias`` does that). Identical files are not a new version
         (``created`` is False). Tensor shapes unlike the adapter's current versions'
-        are refused (``shape_mismatch``) unless ``allow_shape_change``. An adapter over
-        1 MiB is checked first, so an unknown name or a missing permission fails before
-        its bytes are hashed and sent; a smaller one is refused by the upload itself."""
+        are refused (``shape_mismatch``) unless ``allow_shape_change``; a canary running
+        on an alias it moves refuses it (``canary_running``) unless ``abort_canary``. An
+        adapter over 1 MiB is checked first, so an unknown name or a missing permission
+        fails before its bytes are hashed and sent; a smaller one is refused by the
+        upload itself."""
         if check_first(source):
             await self.get_adapter(name)
         return await self.send(api.push(name, source, aliases, notes, on_progress,
-                                        allow_shape_change))
+                                        allow_shape_change, abort_canary))
 
     async def versions_page(self, name: str, *, limit: int | None = None,
                       cursor: str | None = None) -> VersionPage:
@@ -200,24 +203,68 @@ class AsyncRegistryClient:
     # Aliases
 
     async def move_alias(self, name: str, alias: str, version: int, *,
+                   abort_canary: bool = False,
                    expected_revision: int | None = None) -> AliasState:
         """Point ``alias`` at ``version`` (promote); with ``expected_revision``, only if
-        the alias is still at that revision (else ``Conflict``)."""
-        return await self.send(api.move_alias(name, alias, version, expected_revision))
+        the alias is still at that revision (else ``Conflict``). A canary running on
+        the alias refuses the move (``canary_running``) unless ``abort_canary``."""
+        return await self.send(api.move_alias(name, alias, version, expected_revision,
+                                         abort_canary))
 
     async def rollback(self, name: str, alias: str = DEFAULT_ALIAS, *,
+                 abort_canary: bool = False,
                  expected_revision: int | None = None) -> AliasState:
         """Move ``alias`` back to the version it pointed at before."""
-        return await self.send(api.rollback(name, alias, expected_revision))
+        return await self.send(api.rollback(name, alias, expected_revision, abort_canary))
 
-    async def delete_alias(self, name: str, alias: str) -> AliasState:
-        return await self.send(api.delete_alias(name, alias))
+    async def delete_alias(self, name: str, alias: str, *,
+                     abort_canary: bool = False) -> AliasState:
+        return await self.send(api.delete_alias(name, alias, abort_canary))
 
     async def alias_history(self, name: str, alias: str = DEFAULT_ALIAS, *,
                       limit: int | None = None, cursor: str | None = None) -> AliasHistory:
         """The moves of ``alias``, newest first; pass a page's ``next_cursor`` as
         ``cursor`` for the older ones."""
         return await self.send(api.alias_history(name, alias, limit, cursor))
+
+    # Canaries
+
+    async def start_canary(self, name: str, version: int, *, alias: str = DEFAULT_ALIAS,
+                     steps: Sequence[int] | None = None, step_seconds: int | None = None,
+                     analysis: CanaryAnalysis | None = None,
+                     on_failure: OnFailure | None = None) -> Canary:
+        """Put ``version`` on ``steps[0]`` percent of ``alias``'s traffic; the registry
+        judges each step and promotes or aborts it. Unset arguments take the registry's
+        defaults."""
+        return await self.send(api.start_canary(name, alias, version, steps, step_seconds,
+                                           analysis, on_failure))
+
+    async def get_canary(self, name: str, alias: str = DEFAULT_ALIAS) -> Canary:
+        """The canary running on ``alias`` (``NotFound`` ``no_canary`` when none runs)."""
+        return await self.send(api.get_canary(name, alias))
+
+    async def pause_canary(self, name: str, alias: str = DEFAULT_ALIAS, *,
+                     reason: str | None = None) -> Canary:
+        return await self.send(api.canary_action(name, alias, "pause", reason))
+
+    async def resume_canary(self, name: str, alias: str = DEFAULT_ALIAS, *,
+                      reason: str | None = None) -> Canary:
+        return await self.send(api.canary_action(name, alias, "resume", reason))
+
+    async def promote_canary(self, name: str, alias: str = DEFAULT_ALIAS, *,
+                       reason: str | None = None) -> Canary:
+        """All traffic to the canary version now: the alias moves to it."""
+        return await self.send(api.canary_action(name, alias, "promote", reason))
+
+    async def abort_canary(self, name: str, alias: str = DEFAULT_ALIAS, *,
+                     reason: str | None = None) -> Canary:
+        """No traffic to the canary version; the alias stays where it was."""
+        return await self.send(api.canary_action(name, alias, "abort", reason))
+
+    async def list_canaries(self, name: str, alias: str = DEFAULT_ALIAS, *,
+                      limit: int | None = None, cursor: str | None = None) -> CanaryList:
+        """The canaries ``alias`` ran, newest first; pass ``next_cursor`` as ``cursor``."""
+        return await self.send(api.list_canaries(name, alias, limit, cursor))
 
     # Routing rules
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from registry_service.db.base import Base, UTCDateTime, utcnow
@@ -29,7 +29,8 @@ class Alias(Base):
 
 
 class AliasMove(Base):
-    """One recorded move of an alias: push, promote, rollback or delete."""
+    """One recorded move of an alias: push, promote, rollback, delete, or a transition
+    of its canary."""
 
     __tablename__ = "alias_moves"
     __table_args__ = (Index("ix_alias_moves_alias_revision", "alias_id", "revision"),)
@@ -42,3 +43,5 @@ class AliasMove(Base):
     to_version_id: Mapped[int | None] = mapped_column(ForeignKey("versions.id"))
     actor: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Why, where a canary's transition gives one.
+    reason: Mapped[str | None] = mapped_column(Text, default=None)

@@ -24,17 +24,20 @@ async def put_alias(name: str, alias: str, body: AliasMoveRequest, session: Sess
                     principal: PrincipalDep) -> AliasState:
     """Point the alias at a version, creating it if needed (publisher); the move is recorded in
     the alias's history. With `expected_revision`, a compare-and-set: 409 if the alias moved
-    meanwhile."""
+    meanwhile. A canary running on the alias answers 409 `canary_running` unless
+    `abort_canary`."""
     return await service.promote(session, principal, name, alias, body.version,
-                                 body.expected_revision)
+                                 body.expected_revision, abort_canary=body.abort_canary)
 
 
 @router.delete("/{alias}", summary="Remove an alias")
-async def delete_alias(name: str, alias: str, session: SessionDep,
-                       principal: PrincipalDep) -> AliasState:
+async def delete_alias(name: str, alias: str, session: SessionDep, principal: PrincipalDep,
+                       abort_canary: bool = False) -> AliasState:
     """Remove the alias (publisher); its moves stay in its history. Routing rules naming it stop
-    resolving."""
-    return await service.remove_alias(session, principal, name, alias)
+    resolving. A canary running on it answers 409 ``canary_running`` unless
+    ``abort_canary=true``."""
+    return await service.remove_alias(session, principal, name, alias,
+                                      abort_canary=abort_canary)
 
 
 @router.post("/{alias}/rollback", summary="Roll an alias back")
@@ -47,7 +50,8 @@ async def rollback_alias(name: str, alias: str, session: SessionDep, principal: 
     rollbacks go to v2, then v1, then answer 409 ``no_previous_version``.
     """
     expected = body.expected_revision if body else None
-    return await service.rollback(session, principal, name, alias, expected)
+    return await service.rollback(session, principal, name, alias, expected,
+                                  abort_canary=body.abort_canary if body else False)
 
 
 @router.get("/{alias}/history", summary="An alias's moves")

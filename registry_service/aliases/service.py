@@ -15,16 +15,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from loraplane.api.bounds import INT32_MAX, parse_bounded
-from loraplane.events import AdapterUpdated, AliasAction
+from loraplane.events import CANARY_HOLDS, AdapterUpdated, AliasAction, CanaryRoute
 from loraplane.naming import is_slug
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
 from registry_service.aliases.models import Alias, AliasMove
 from registry_service.aliases.schemas import AliasHistory, AliasMoveOut, AliasState
 from registry_service.auth.roles import Principal, Role
+from registry_service.canaries.state import active_canary, finish
+from registry_service.cursors import int_cursor
 from registry_service.db.base import utcnow
-from registry_service.errors import BadRequest, Conflict, InvalidInput, NotFound
+from registry_service.errors import Conflict, InvalidInput, NotFound
 from registry_service.events.service import envelope, record_event
 from registry_service.versions.lookup import get_version, version_by_id
 from registry_service.versions.models import Version
@@ -57,9 +58,11 @@ async def lock_alias(session: AsyncSession, adapter: Adapter, name: str) -> Alia
 
 async def move_alias_locked(
     session: AsyncSession, adapter: Adapter, alias: Alias, target: Version | None, *,
-    action: AliasAction, actor: str,
+    action: AliasAction, actor: str, abort_canary: bool = False, reason: str | None = None,
 ) -> AliasState:
-    """Point a locked alias at ``target`` (None removes it). Never commits."""
+    """Point a locked alias at ``target`` (None removes it). A canary running on the
+    alias refuses the move (409 ``canary_running``), unless ``abort_canary`` or the
+    adapter's deletion ends it first. Never commits."""
     previous = await version_by_id(session, alias.version_id)
     state = AliasState(adapter=adapter.name, alias=alias.name,
                        version=target.number if target else None,
@@ -67,20 +70,55 @@ async def move_alias_locked(
                        revision=alias.revision, changed=False)
     if (target.id if target else None) == alias.version_id:
         return state
+    if action != "canary_promote":
+        await _end_canary(session, adapter, alias, previous, action=action, actor=actor,
+                          abort=abort_canary or action == "adapter_deleted")
     alias.version_id = target.id if target else None
+    _bump(session, adapter, alias, previous, target, action=action, actor=actor,
+          reason=reason)
+    return state.model_copy(update={"revision": alias.revision, "changed": True})
+
+
+async def _end_canary(
+    session: AsyncSession, adapter: Adapter, alias: Alias, current: Version | None, *,
+    action: str, actor: str, abort: bool,
+) -> None:
+    canary = await active_canary(session, alias.id)
+    if canary is None:
+        return
+    if not abort:
+        raise Conflict(
+            f"alias {alias.name!r} has canary {canary.id} running: abort it first, or "
+            "ask for the move with abort_canary",
+            code="canary_running", detail={"alias": alias.name, "canary": canary.id})
+    why = ("the adapter was deleted" if action == "adapter_deleted"
+           else f"the alias was moved by hand ({action})")
+    reason = f"aborted by {actor}: {why}"
+    finish(canary, promoted=False, reason=reason)
+    record_transition(session, adapter, alias, current, action="canary_abort", actor=actor,
+                      reason=reason, canary=None)
+
+
+def record_transition(
+    session: AsyncSession, adapter: Adapter, alias: Alias, current: Version | None, *,
+    action: AliasAction, actor: str, reason: str | None, canary: CanaryRoute | None,
+) -> None:
+    """A canary's transition that leaves the alias's version where it is: a revision of
+    its own, in the alias's history and the events. Never commits."""
+    _bump(session, adapter, alias, current, current, action=action, actor=actor,
+          reason=reason, canary=canary)
+
+
+def _bump(
+    session: AsyncSession, adapter: Adapter, alias: Alias, previous: Version | None,
+    target: Version | None, *, action: AliasAction, actor: str, reason: str | None = None,
+    canary: CanaryRoute | None = None,
+) -> None:
     alias.revision += 1
     alias.updated_at = utcnow()
     session.add(AliasMove(alias_id=alias.id, revision=alias.revision, action=action,
                           from_version_id=previous.id if previous else None,
-                          to_version_id=alias.version_id, actor=actor))
-    _record_move(session, adapter, alias, target, previous, action=action, actor=actor)
-    return state.model_copy(update={"revision": alias.revision, "changed": True})
-
-
-def _record_move(
-    session: AsyncSession, adapter: Adapter, alias: Alias, target: Version | None,
-    previous: Version | None, *, action: AliasAction, actor: str,
-) -> None:
+                          to_version_id=alias.version_id, actor=actor, reason=reason))
     ref = version_ref(adapter, target) if target else None
     event = AdapterUpdated(
         **envelope(adapter.tenant.name, adapter.name), alias=alias.name,
@@ -88,7 +126,7 @@ def _record_move(
         version=target.number if target else None,
         previous_version=previous.number if previous else None,
         digest=target.digest if target else None, rank=target.rank if target else None,
-        files=ref.files if ref else [], target=ref,
+        files=ref.files if ref else [], target=ref, canary=canary, reason=reason,
     )
     record_event(session, event, actor=actor)
 
@@ -104,7 +142,7 @@ def _check_revision(alias: Alias, expected: int | None) -> None:
 
 async def promote(
     session: AsyncSession, principal: Principal, name: str, alias_name: str, version: int,
-    expected_revision: int | None,
+    expected_revision: int | None, *, abort_canary: bool = False,
 ) -> AliasState:
     principal.require(Role.PUBLISHER)
     adapter = await get_visible_adapter(session, principal, name)
@@ -112,24 +150,25 @@ async def promote(
     alias = await lock_alias(session, adapter, alias_name)
     _check_revision(alias, expected_revision)
     state = await move_alias_locked(session, adapter, alias, target, action="promote",
-                                    actor=principal.name)
+                                    actor=principal.name, abort_canary=abort_canary)
     await session.commit()
     return state
 
 
 async def remove_alias(
-    session: AsyncSession, principal: Principal, name: str, alias_name: str
+    session: AsyncSession, principal: Principal, name: str, alias_name: str, *,
+    abort_canary: bool = False,
 ) -> AliasState:
     principal.require(Role.PUBLISHER)
     adapter = await get_visible_adapter(session, principal, name)
-    alias = await _existing_alias(session, adapter, alias_name)
+    alias = await existing_alias(session, adapter, alias_name)
     state = await move_alias_locked(session, adapter, alias, None, action="delete",
-                                    actor=principal.name)
+                                    actor=principal.name, abort_canary=abort_canary)
     await session.commit()
     return state
 
 
-async def _existing_alias(session: AsyncSession, adapter: Adapter, alias_name: str) -> Alias:
+async def existing_alias(session: AsyncSession, adapter: Adapter, alias_name: str) -> Alias:
     alias = await session.scalar(
         select(Alias).where(Alias.adapter_id == adapter.id, Alias.name == alias_name)
         .with_for_update()
@@ -142,7 +181,7 @@ async def _existing_alias(session: AsyncSession, adapter: Adapter, alias_name: s
 
 async def rollback(
     session: AsyncSession, principal: Principal, name: str, alias_name: str,
-    expected_revision: int | None,
+    expected_revision: int | None, *, abort_canary: bool = False,
 ) -> AliasState:
     """Undo the alias's latest move that no rollback has undone yet.
 
@@ -153,7 +192,7 @@ async def rollback(
     """
     principal.require(Role.PUBLISHER)
     adapter = await get_visible_adapter(session, principal, name)
-    alias = await _existing_alias(session, adapter, alias_name)
+    alias = await existing_alias(session, adapter, alias_name)
     _check_revision(alias, expected_revision)
     undone_from = await _move_to_undo(session, alias)
     if undone_from is None:
@@ -161,7 +200,7 @@ async def rollback(
                        code="no_previous_version", detail={"alias": alias_name})
     target = await version_by_id(session, undone_from)
     state = await move_alias_locked(session, adapter, alias, target, action="rollback",
-                                    actor=principal.name)
+                                    actor=principal.name, abort_canary=abort_canary)
     await session.commit()
     return state
 
@@ -188,6 +227,8 @@ async def _move_to_undo(session: AsyncSession, alias: Alias) -> int | None:
         rows = (await session.execute(
             query.order_by(AliasMove.revision.desc()).limit(UNDO_SCAN_PAGE))).all()
         for _, action, from_version_id in rows:
+            if action in CANARY_HOLDS:  # the alias stayed where it was
+                continue
             if action == "rollback":
                 pending += 1
             elif pending:
@@ -206,11 +247,7 @@ async def alias_history(
     """The alias's moves, newest first, ``limit`` at a time; ``cursor`` (a revision)
     continues below the page that handed it out."""
     principal.require(Role.READER)
-    before = None
-    if cursor is not None:
-        before = parse_bounded(cursor, low=1, high=INT32_MAX)
-        if before is None:
-            raise BadRequest("the cursor is not valid", code="invalid_cursor")
+    before = int_cursor(cursor)
     adapter = await get_visible_adapter(session, principal, name)
     alias = await session.scalar(
         select(Alias).where(Alias.adapter_id == adapter.id, Alias.name == alias_name))
@@ -260,7 +297,8 @@ async def _alias_moves(
         query = query.where(AliasMove.revision < before)
     rows = await session.execute(query.order_by(AliasMove.revision.desc()).limit(limit))
     return [(m.id, AliasMoveOut(revision=m.revision, action=m.action, from_version=f,
-                                to_version=t, actor=m.actor, created_at=m.created_at))
+                                to_version=t, actor=m.actor, created_at=m.created_at,
+                                reason=m.reason))
             for m, f, t in rows]
 
 

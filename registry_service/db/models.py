@@ -5,6 +5,7 @@ from registry_service.agents.models import AgentRow
 from registry_service.aliases.models import Alias, AliasMove
 from registry_service.auth.models import ApiToken
 from registry_service.blobs.models import BlobLease
+from registry_service.canaries.models import CanaryRow
 from registry_service.db.base import Base
 from registry_service.events.models import EventRow
 from registry_service.routing.models import RouteRuleRow
@@ -19,6 +20,7 @@ __all__ = [
     "ApiToken",
     "Base",
     "BlobLease",
+    "CanaryRow",
     "EventRow",
     "RouteRuleRow",
     "Tenant",

@@ -15,10 +15,9 @@ import orjson
 from sqlalchemy import Row, Text, bindparam, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.api.bounds import INT32_MAX, parse_bounded
 from registry_service.adapters.lookup import visible_adapter_row
 from registry_service.auth.roles import Principal, Role
-from registry_service.errors import BadRequest
+from registry_service.cursors import int_cursor
 from registry_service.versions.models import Version
 from registry_service.versions.refs import file_url
 
@@ -46,9 +45,7 @@ async def history_page(session: AsyncSession, principal: Principal, name: str, *
     principal.require(Role.READER)
     params: dict[str, Any] = {"rows": limit + 1}
     if cursor is not None:
-        params["before"] = parse_bounded(cursor, low=1, high=INT32_MAX)
-        if params["before"] is None:
-            raise BadRequest("the cursor is not valid", code="invalid_cursor")
+        params["before"] = int_cursor(cursor)
     adapter = await visible_adapter_row(session, principal, name)
     params["adapter_id"] = adapter.id
     rows = list(await session.execute(_PAGE if cursor is None else _PAGE_BELOW, params))

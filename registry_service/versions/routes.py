@@ -43,6 +43,10 @@ _UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-da
                 "description": "accept tensor shapes unlike the adapter's current versions' "
                                "(else 422 shape_mismatch); the answer's "
                                "shape_change_allowed says it was needed"},
+            "abort_canary": {
+                "type": "boolean", "default": False,
+                "description": "abort a canary running on an alias this upload moves "
+                               "(else 409 canary_running)"},
         },
     },
     "encoding": {"files": {"contentType": "application/octet-stream"}},

@@ -175,6 +175,7 @@ async def _publish(
                 with local_disk_errors():
                     aliases = parse_aliases(upload.fields.get("aliases"))
                     allow = parse_flag(upload.fields, "allow_shape_change")
+                    abort_canary = parse_flag(upload.fields, "abort_canary")
                     staged = await stage_version(upload, staging, settings, base_model)
                 change = await _shape_change(session, principal, name, staged, blobs,
                                              settings)
@@ -189,7 +190,7 @@ async def _publish(
                     await store_blobs(blobs, staged.files, upload.streams)
                 with phase("commit").time():
                     result = await _commit_version(session, principal, name, staged,
-                                                   aliases, notes)
+                                                   aliases, notes, abort_canary)
                 committed = True  # the commit gave the leases back
                 return result if change is None else _overridden(result, change)
             finally:
@@ -223,12 +224,13 @@ def _overridden(result: UploadResult, change: ShapeChange) -> UploadResult:
 
 async def _commit_version(
     session: AsyncSession, principal: Principal, name: str, staged: StagedVersion,
-    aliases: list[str], notes: str,
+    aliases: list[str], notes: str, abort_canary: bool,
 ) -> UploadResult:
     """The version and its moves, with the upload's blob leases given back in the same
     commit: once the version references its blobs, the leases have nothing left to keep."""
     async def commit() -> UploadResult:
-        result = await _add_version(session, principal, name, staged, aliases, notes)
+        result = await _add_version(session, principal, name, staged, aliases, notes,
+                                    abort_canary)
         await leases.release(session, [item.sha256 for item in staged.files])
         await session.commit()
         return result
@@ -254,7 +256,7 @@ async def release_blobs(session: AsyncSession, files: list[ReceivedFile]) -> Non
 
 async def _add_version(
     session: AsyncSession, principal: Principal, name: str, staged: StagedVersion,
-    aliases: list[str], notes: str,
+    aliases: list[str], notes: str, abort_canary: bool,
 ) -> UploadResult:
     """The version row (unless this content is already one), its ``version_published``
     event and the alias moves, in the caller's transaction. Never commits."""
@@ -278,7 +280,8 @@ async def _add_version(
     for alias_name in aliases:
         alias = await lock_alias(session, adapter, alias_name)
         states.append(await move_alias_locked(session, adapter, alias, version,
-                                              action="publish", actor=principal.name))
+                                              action="publish", actor=principal.name,
+                                              abort_canary=abort_canary))
     out = version_out(adapter, version)
     return UploadResult(**out.model_dump(), created=created, aliases=states,
                         warnings=list(staged.summary.warnings),

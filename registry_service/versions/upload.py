@@ -28,7 +28,7 @@ from registry_service.versions.upload_sinks import ReceivedFile
 from registry_service.versions.upload_sinks import StreamSink as _StreamSink
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
-FORM_FIELDS = ("aliases", "notes", "allow_shape_change")
+FORM_FIELDS = ("aliases", "notes", "allow_shape_change", "abort_canary")
 MAX_FIELD_BYTES = 64 * 1024
 # The longest name a file system takes for one path component.
 MAX_FILENAME_BYTES = 255

@@ -76,6 +76,32 @@ async def test_adapters_versions_and_aliases(served: Served, adapter_dir: Path,
         assert gone.value.code == "adapter_not_found" and gone.value.status == 404
 
 
+async def test_canaries(served: Served, adapter_dir: Path, adapter_dir_2: Path) -> None:
+    async with admin(served) as registry:
+        await registry.create_adapter("can", "tiny-llama", tenant="acme")
+        await registry.push("can", adapter_dir, aliases=["live"])
+        await registry.push("can", adapter_dir_2)
+        started = await registry.start_canary("can", 2, steps=[25])
+        assert (started.stable_version, started.canary_version, started.weight) == (1, 2, 25)
+        assert (await registry.get_canary("can")).id == started.id
+        assert (await registry.pause_canary("can")).state == "paused"
+        assert (await registry.resume_canary("can")).state == "progressing"
+        with pytest.raises(Conflict) as running:
+            await registry.delete_alias("can", "live")
+        assert running.value.code == "canary_running"
+        promoted = await registry.promote_canary("can", reason="looks good")
+        assert promoted.reason == "promoted by bootstrap-admin: looks good"
+        assert (await registry.get_adapter("can")).aliases[0].version == 2
+        await registry.start_canary("can", 1)
+        assert (await registry.abort_canary("can")).weight == 0
+        await registry.start_canary("can", 1)
+        assert (await registry.delete_alias("can", "live", abort_canary=True)).version is None
+        page = await registry.list_canaries("can")
+        assert [c.state for c in page.canaries] == ["aborted", "aborted", "promoted"]
+        assert [m.action for m in (await registry.alias_history("can")).moves][:2] == [
+            "delete", "canary_abort"]
+
+
 async def test_download_checks_size_and_sha256(served: Served, adapter_dir: Path,
                                                tmp_path: Path) -> None:
     async with admin(served) as registry:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from devharness.http_registry import Served
+from loraplane.api.canaries import CanaryAnalysis
 from loraplane.client import Conflict, NotFound, RegistryClient
 from loraplane.events import AgentStatus
 
@@ -41,6 +42,35 @@ def publish_promote_history(url: str, token: str, first: Path, second: Path) -> 
         assert registry.get_adapter("bot").latest_version == 2
         assert [a.name for a in registry.list_adapters(page_size=1)] == ["bot"]
         assert registry.adapters_page(tenant="acme").adapters[0].name == "bot"
+
+
+def canaries(url: str, token: str) -> None:
+    """``live`` is on version 1 of two: a canary of version 2 through every call."""
+    with RegistryClient(url, token) as registry:
+        started = registry.start_canary("bot", 2, steps=[10, 40], step_seconds=5,
+                                        analysis=CanaryAnalysis(min_requests=3),
+                                        on_failure="pause")
+        assert (started.weight, started.steps, started.analysis.min_requests) == (10, [10, 40], 3)
+        assert registry.get_canary("bot") == started
+        assert registry.pause_canary("bot", reason="why").reason == "paused by bootstrap-admin: why"
+        assert registry.resume_canary("bot").state == "progressing"
+        with pytest.raises(Conflict) as running:
+            registry.move_alias("bot", "live", 2)
+        assert running.value.code == "canary_running"
+        assert registry.abort_canary("bot").state == "aborted"
+        registry.start_canary("bot", 2)
+        assert registry.promote_canary("bot").state == "promoted"
+        registry.start_canary("bot", 1)
+        assert registry.rollback("bot", abort_canary=True).version == 1
+        registry.start_canary("bot", 2)
+        assert registry.move_alias("bot", "live", 2, abort_canary=True).version == 2
+        listed = registry.list_canaries("bot", limit=3)
+        assert [c.state for c in listed.canaries] == ["aborted", "aborted", "promoted"]
+        assert registry.list_canaries("bot", cursor=listed.next_cursor).canaries[0].state == \
+            "aborted"
+        with pytest.raises(NotFound) as none:
+            registry.get_canary("bot")
+        assert none.value.code == "no_canary"
 
 
 def download_first_file(url: str, token: str, dest: Path) -> str:
@@ -86,4 +116,5 @@ async def test_every_call_through_the_blocking_client(served: Served, adapter_di
     sha256 = await asyncio.to_thread(download_first_file, served.url, served.admin_token,
                                      dest)
     assert hashlib.sha256(dest.read_bytes()).hexdigest() == sha256
+    await asyncio.to_thread(canaries, served.url, served.admin_token)
     await asyncio.to_thread(routes_tokens_events_fleet, served.url, served.admin_token)

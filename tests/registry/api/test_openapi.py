@@ -108,7 +108,8 @@ async def test_upload_documents_its_multipart_body(app: FastAPI) -> None:
     body = op["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert body["required"] == ["files"]
     assert body["properties"]["files"]["items"]["format"] == "binary"
-    assert set(body["properties"]) == {"files", "aliases", "notes", "allow_shape_change"}
+    assert set(body["properties"]) == {"files", "aliases", "notes", "allow_shape_change",
+                                      "abort_canary"}
 
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])

@@ -1,0 +1,116 @@
+"""Canaries: a second version on an alias, earning its traffic step by step.
+
+``/v1/adapters/{name}/aliases/{alias}/canary`` and ``…/canaries``. The bounds refuse
+what no operator means: a step outside 1-99 or not above the one before, a step
+shorter than a second or longer than a week, a threshold that can never fail.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from itertools import pairwise
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from loraplane.api.bounds import VersionNumber
+
+CanaryState = Literal["progressing", "paused", "promoted", "aborted"]
+ACTIVE_STATES: frozenset[str] = frozenset({"progressing", "paused"})
+OnFailure = Literal["rollback", "pause"]
+CanaryVerb = Literal["pause", "resume", "promote", "abort"]
+Verdict = Literal["pass", "fail", "inconclusive"]
+
+MAX_STEPS = 20
+WEEK_S = 7 * 24 * 3600
+Weight = Annotated[int, Field(ge=1, le=99)]
+
+
+class CanaryAnalysis(BaseModel):
+    """What a step must show, canary against stable on the same window.
+
+    ``failure_limit`` failed steps are tolerated (Argo's ``failureLimit``); one more
+    fails the canary. ``inconclusive_limit`` steps in a row without enough requests
+    are waited out; one more fails it too. Inconclusive never promotes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_requests: int = Field(default=50, ge=1, le=1_000_000)
+    max_error_rate: float = Field(default=0.05, ge=0, lt=1)
+    max_error_rate_increase: float = Field(default=0.01, ge=0, lt=1)
+    max_latency_p95_ratio: float = Field(default=1.25, ge=1, le=100)
+    max_ttft_p95_ratio: float = Field(default=1.25, ge=1, le=100)
+    max_load_failures: int = Field(default=0, ge=0, le=10_000)
+    failure_limit: int = Field(default=0, ge=0, le=100)
+    inconclusive_limit: int = Field(default=3, ge=0, le=100)
+
+
+class CanaryStart(BaseModel):
+    """``POST …/canary``: the version to try, the weights it goes through, and how long
+    each step is watched."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: VersionNumber
+    steps: list[Weight] = Field(default_factory=lambda: [10, 50], min_length=1,
+                                max_length=MAX_STEPS)
+    step_seconds: int = Field(default=60, ge=1, le=WEEK_S)
+    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+    on_failure: OnFailure = "rollback"
+
+    @field_validator("steps")
+    @classmethod
+    def _increasing(cls, steps: list[int]) -> list[int]:
+        if any(b <= a for a, b in pairwise(steps)):
+            raise ValueError("steps must be strictly increasing weights in 1-99")
+        return steps
+
+
+class CanaryAction(BaseModel):
+    """``POST …/canary/{pause,resume,promote,abort}``: an optional reason, for the record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, Field(max_length=500)] | None = None
+
+
+class CanaryCheck(BaseModel):
+    """One metric of one step: both versions' values on the same window, and the verdict."""
+
+    metric: str
+    stable: float | None
+    canary: float | None
+    threshold: float
+    stable_requests: int
+    canary_requests: int
+    verdict: Verdict
+
+
+class Canary(BaseModel):
+    id: int
+    adapter: str
+    alias: str
+    stable_version: int
+    canary_version: int
+    state: CanaryState
+    # 1-based index into ``steps`` of the weight being watched; ``weight`` is that
+    # percentage while the canary runs, 100 once promoted and 0 once aborted.
+    step: int
+    weight: int
+    steps: list[int]
+    step_seconds: int
+    analysis: CanaryAnalysis
+    on_failure: OnFailure
+    checks: list[CanaryCheck]
+    reason: str | None
+    actor: str
+    started_at: datetime
+    updated_at: datetime
+
+
+class CanaryList(BaseModel):
+    adapter: str
+    alias: str
+    canaries: list[Canary]
+    # The id to pass as ``cursor`` for older canaries; None on the last page.
+    next_cursor: str | None = None

@@ -1,0 +1,130 @@
+"""``canary``: start a canary on an alias, watch its checks, pause, resume, promote or
+abort it, and list an alias's canaries. (``rollout`` is the fleet view of a version.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from loraplane.api.canaries import Canary, CanaryList, CanaryVerb, OnFailure
+from loraplane.naming import DEFAULT_ALIAS
+from loraplane_cli.context import CliState, pass_state
+from loraplane_cli.output import Output, short_time
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_steps(text: str) -> list[int]:
+    """``"10,50"`` as ``[10, 50]``; the registry checks the range and the order."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: weights in percent, comma-separated, "
+                                 "e.g. 10,50") from None
+
+
+def _steps(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
+    return None if value is None else parse_steps(value)
+
+
+def _alias(function: F) -> F:
+    return click.option("--alias", default=DEFAULT_ALIAS, show_default=True,
+                        help="The alias the canary runs on.")(function)
+
+
+def render_canary(out: Output, canary: Canary) -> None:
+    """The canary in words, then its checks as a table."""
+    out.fields([
+        ("canary", f"{canary.id} on {canary.adapter}@{canary.alias}"),
+        ("state", canary.state),
+        ("versions", f"stable {canary.stable_version}, canary {canary.canary_version}"),
+        ("weight", f"{canary.weight}% (step {canary.step} of {canary.steps})"),
+        ("step", f"{canary.step_seconds} s, on failure: {canary.on_failure}"),
+        ("reason", canary.reason),
+        ("by", canary.actor),
+        ("started", short_time(canary.started_at)),
+        ("updated", short_time(canary.updated_at)),
+    ])
+    rows = [(c.metric, c.stable, c.canary, c.threshold, c.stable_requests, c.canary_requests,
+             c.verdict) for c in canary.checks]
+    out.table(("check", "stable", "canary", "threshold", "stable n", "canary n", "verdict"),
+              rows, title="checks, latest step", empty="no step judged yet",
+              whole=("stable n", "canary n", "verdict"))
+
+
+@click.group("canary", short_help="Roll a new version out on a share of an alias's traffic.")
+def canary_group() -> None:
+    """A canary puts a new version on a share of an alias's traffic, step by step; the
+    registry compares it with the stable version at each step and promotes it, or aborts
+    it with the failing check as its reason."""
+
+
+@canary_group.command("start", short_help="Start a canary.")
+@click.argument("name")
+@click.argument("version", type=click.IntRange(min=1))
+@_alias
+@click.option("--steps", callback=_steps, default=None,
+              help="Weights in percent, increasing, e.g. 10,50. [default: 10,50]")
+@click.option("--step-seconds", type=click.IntRange(min=1), default=None,
+              help="How long each step is watched. [default: 60]")
+@click.option("--on-failure", type=click.Choice(["rollback", "pause"]), default=None,
+              help="Abort (weight 0) or hold when a check fails. [default: rollback]")
+@pass_state
+def start_command(state: CliState, name: str, version: int, alias: str,
+                  steps: list[int] | None, step_seconds: int | None,
+                  on_failure: OnFailure | None) -> None:
+    """Put VERSION of adapter NAME on the first step's share of the alias's traffic."""
+    canary = state.client().start_canary(name, version, alias=alias, steps=steps,
+                                         step_seconds=step_seconds, on_failure=on_failure)
+    state.output.emit(canary, lambda: render_canary(state.output, canary))
+
+
+@canary_group.command("status", short_help="The running canary and its checks.")
+@click.argument("name")
+@_alias
+@pass_state
+def status_command(state: CliState, name: str, alias: str) -> None:
+    """The canary running on an alias of adapter NAME, with its live checks."""
+    canary = state.client().get_canary(name, alias)
+    state.output.emit(canary, lambda: render_canary(state.output, canary))
+
+
+def _action(verb: CanaryVerb, summary: str) -> None:
+    @canary_group.command(verb, short_help=summary, help=f"{summary} (adapter NAME).")
+    @click.argument("name")
+    @_alias
+    @click.option("--reason", default=None, help="Why, for the alias's history.")
+    @pass_state
+    def command(state: CliState, name: str, alias: str, reason: str | None) -> None:
+        client = state.client()
+        act = {"pause": client.pause_canary, "resume": client.resume_canary,
+               "promote": client.promote_canary, "abort": client.abort_canary}[verb]
+        canary = act(name, alias, reason=reason)
+        state.output.emit(canary, lambda: state.output.line(
+            f"canary {canary.id} on {canary.adapter}@{canary.alias}: {canary.state}, "
+            f"weight {canary.weight}%", markup=False))
+
+
+_action("pause", "Hold the canary at its weight")
+_action("resume", "Go on from a pause")
+_action("promote", "Move the alias to the canary version now")
+_action("abort", "Stop the canary: weight 0, the alias stays")
+
+
+@canary_group.command("list", short_help="An alias's canaries, newest first.")
+@click.argument("name")
+@_alias
+@click.option("--limit", type=click.IntRange(min=1, max=1000), default=20, show_default=True,
+              help="Show at most this many canaries.")
+@pass_state
+def list_command(state: CliState, name: str, alias: str, limit: int) -> None:
+    """Every canary an alias of adapter NAME ran, newest first."""
+    result: CanaryList = state.client().list_canaries(name, alias, limit=limit)
+    rows = [(c.id, c.state, c.stable_version, c.canary_version, f"{c.weight}%", c.reason,
+             short_time(c.started_at)) for c in result.canaries]
+    state.output.emit(result, lambda: state.output.table(
+        ("id", "state", "stable", "canary", "weight", "reason", "started"), rows,
+        title=f"{name}@{alias}: canaries", empty=f"{name}@{alias} never ran a canary",
+        whole=("id", "stable", "canary", "weight", "started"), optional=("reason",)))
