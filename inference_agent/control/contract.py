@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from loraplane.events import RouteRule, VersionRef
+from loraplane.events import CanaryRoute, RouteRule, VersionRef
 
 # How far the swap takes a new version before its alias flips to it, as the reconciler
 # decided: "hot" loads it into vLLM (the adapter is loaded now, or kept hot here),
@@ -33,9 +33,11 @@ class AliasApplier(Protocol):
     """The writes to the served state (the route table), all made by the swap."""
 
     async def apply(self, adapter: str, alias: str, revision: int,
-                    ref: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
-        """Move an alias (None removes it), with ``ref`` made ``ready`` first; raise,
-        changing nothing, if it fails."""
+                    ref: VersionRef | None, ready: Readiness = "warm",
+                    canary: CanaryRoute | None = None) -> SwapResult:
+        """Move an alias (None removes it) and set its canary, with ``ref`` and the
+        canary's version made ``ready`` first; raise, changing nothing, if ``ref``
+        fails (a canary that fails is kept off the route instead)."""
         ...
 
     def record(self, adapter: str, alias: str, revision: int, ref: VersionRef) -> None:

@@ -35,6 +35,7 @@ from inference_agent.metrics import AgentMetrics
 from inference_agent.serving.routes import RouteTable
 from loraplane.events import (
     AdapterUpdated,
+    CanaryRoute,
     DesiredAdapter,
     DesiredAlias,
     DesiredState,
@@ -380,15 +381,17 @@ class Reconciler:
                           held: tuple[int, VersionRef | None], *, placed: bool) -> Outcome:
         revision, ref = held
         target = desired.target
-        if _same(ref, target):
+        same_canary = self._routes.canary(adapter, desired.alias) == desired.canary
+        if _same(ref, target) and same_canary:
             if desired.revision > revision:
                 # Moved away and back: same weights, only the revision to record.
                 self._swapper.record(adapter, desired.alias, desired.revision, target)
             return Done()
-        if self._failures.is_bad(adapter, target.version, target.digest):
+        if not _same(ref, target) and self._failures.is_bad(adapter, target.version,
+                                                            target.digest):
             return Done()
         return await self._move(adapter, desired.alias, desired.revision, target,
-                                placed=placed)
+                                placed=placed, canary=desired.canary)
 
     # --- one folder of the watch dir ----------------------------------------------------
 
@@ -447,7 +450,8 @@ class Reconciler:
         return "cold" if placed and adapter not in self.placement.owned() else "warm"
 
     async def _move(self, adapter: str, alias: str, revision: int, ref: VersionRef | None,
-                    prepare: Prepare | None = None, *, placed: bool = False) -> Outcome:
+                    prepare: Prepare | None = None, *, placed: bool = False,
+                    canary: CanaryRoute | None = None) -> Outcome:
         self._pending[(adapter, alias)] = ref.version if ref is not None else None
         self._on_change()
         mark = (ref.version, ref.digest) if ref is not None else None
@@ -455,7 +459,7 @@ class Reconciler:
             if prepare is not None:
                 await prepare()
             ready = self._readiness(adapter, alias, placed=placed)
-            result = await self._swapper.apply(adapter, alias, revision, ref, ready)
+            result = await self._swapper.apply(adapter, alias, revision, ref, ready, canary)
         except AgentError as exc:
             return self._failures.record(adapter, alias, mark, exc)
         except Exception as exc:

@@ -26,7 +26,7 @@ from inference_agent.node.cache import AdapterCache
 from inference_agent.node.materialize import Materializer
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.routes import RouteTable
-from loraplane.events import RouteRule, VersionRef
+from loraplane.events import CanaryRoute, RouteRule, VersionRef
 from loraplane.naming import versioned_name
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,8 @@ class Swapper:
         self._drains: dict[str, asyncio.Task[None]] = {}
         # Names a move is about to flip to: a drain finishing meanwhile must keep them.
         self._preparing: set[str] = set()
+        # Canary versions that failed to load here, and how often (for the reports).
+        self.canary_load_failures: dict[str, int] = {}
 
     def draining(self) -> set[str]:
         """Versioned names whose drain is still running."""
@@ -58,42 +60,67 @@ class Swapper:
         return any(not self._leases.count(name) for name in self._drains)
 
     async def apply(self, adapter: str, alias: str, revision: int,
-                    ref: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
+                    ref: VersionRef | None, ready: Readiness = "warm",
+                    canary: CanaryRoute | None = None) -> SwapResult:
         """Apply one alias move, ``ref`` made ``ready`` first; raise (and change nothing)
-        if the new version fails."""
+        if the new version fails. ``canary`` (the alias's canary after this move) is
+        made ready alike; if it fails, it is never served here and stable takes its
+        share."""
         current_revision, current = self._routes.alias(adapter, alias)
+        old_canary = self._routes.canary(adapter, alias)
         result = SwapResult(adapter, alias, current.version if current else None,
                             ref.version if ref else None, loaded=False, flipped=False)
         if revision <= current_revision:
             self._count(adapter, "stale")
             return result
         started = time.perf_counter()
-        new_name = versioned_name(adapter, ref.version) if ref is not None else None
-        if new_name is not None:
-            self._preparing.add(new_name)
+        names = {versioned_name(adapter, r.version)
+                 for r in (ref, canary.target if canary else None) if r is not None}
+        self._preparing |= names
         try:
             if ref is not None:
                 result.loaded = await self._prepare(ref, ready)
+            servable = await self._prepare_canary(canary, ready)
             with self._metrics.stage("flip"):
                 result.flipped = self._routes.set_alias(adapter, alias, revision, ref)
+                if result.flipped:
+                    self._routes.set_canary(adapter, alias, canary, servable=servable)
         except BaseException:
             self._count(adapter, "failed")
             raise
         finally:
-            self._preparing.discard(new_name or "")
+            self._preparing -= names
         if not result.flipped:  # a newer move landed while this one was preparing
             self._count(adapter, "stale")
             return result
         if current is not None and (ref is None or current.version != ref.version):
             self._start_drain(versioned_name(adapter, current.version))
+        if old_canary is not None and (canary is None or old_canary.target != canary.target):
+            self._start_drain(versioned_name(adapter, old_canary.target.version))
         self._count(adapter, "applied")
         self._metrics.swap_seconds.labels(self._metrics.adapter(adapter)).observe(
             time.perf_counter() - started)
-        log.info("%s@%s: %s -> %s (revision %d, loaded=%s)", adapter, alias,
-                 result.old, result.new, revision, result.loaded)
+        log.info("%s@%s: %s -> %s (revision %d, loaded=%s, canary %s)", adapter, alias,
+                 result.old, result.new, revision, result.loaded,
+                 f"{canary.target.version} at {canary.weight}%" if canary else "none")
         await self._evict_disk()
         self._notify()
         return result
+
+    async def _prepare_canary(self, canary: CanaryRoute | None, ready: Readiness) -> bool:
+        """Whether the canary version may be served here: made ready as the alias's own
+        version is. A failure is logged and counted, never raised."""
+        if canary is None or canary.weight <= 0:
+            return True
+        try:
+            await self._prepare(canary.target, ready)
+        except AgentError as exc:
+            name = versioned_name(canary.target.adapter, canary.target.version)
+            log.warning("canary %s failed to load here; its share goes to stable: %s",
+                        name, exc.message)
+            self.canary_load_failures[name] = self.canary_load_failures.get(name, 0) + 1
+            return False
+        return True
 
     def _count(self, adapter: str, outcome: str) -> None:
         self._metrics.swaps.labels(adapter=self._metrics.adapter(adapter), outcome=outcome).inc()

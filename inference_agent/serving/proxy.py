@@ -156,8 +156,10 @@ class Proxy:
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             return _refuse(call, bad_request("`model` must be a string", param="model"))
+        user = body.get("user")
         try:
-            target = await self._route(model, headers, tenant, call)
+            target = await self._route(model, headers, tenant, call,
+                                       user if isinstance(user, str) else None)
             if target.ref is not None:
                 await self.cache.ensure_active(target.ref, slot_wait_s=self.slot_wait_s)
         except AgentError as exc:
@@ -169,8 +171,8 @@ class Proxy:
         return await self._forward(path, payload, headers, target, call)
 
     async def _route(self, model: str | None, headers: Mapping[str, str], tenant: str,
-                     call: ProxyCall) -> Target:
-        resolved = self.routes.resolve(model, headers, tenant)
+                     call: ProxyCall, user: str | None = None) -> Target:
+        resolved = self.routes.resolve(model, headers, tenant, user)
         if isinstance(resolved, UnresolvedVersion):
             resolved = self.routes.target_for(
                 await self.versions.get(resolved.adapter, resolved.version))

@@ -10,6 +10,11 @@ inference token's): another tenant's adapter answers exactly as an unknown one, 
 customer, task and default rules are looked up among that tenant's rules only. An
 adapter whose tenant is not known yet is served to no one.
 
+An alias under canary resolves per request: its canary version for the keys the sticky
+split gives it (loraplane/canary_split.py: the customer, else the OpenAI ``user``), its
+own version for the rest, and its own version for every request while the canary
+version could not be loaded here.
+
 Only the swap (control/swap.py) writes the table; everything else reads it.
 """
 
@@ -19,11 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from inference_agent.errors import NotServable
-from loraplane.events import DEFAULT_ROUTE_KEY, RouteRule, VersionRef
+from loraplane.canary_split import takes_canary
+from loraplane.events import DEFAULT_ROUTE_KEY, CanaryRoute, RouteRule, VersionRef
 from loraplane.naming import DEFAULT_ALIAS, parse_model_ref, versioned_name
 
 CUSTOMER_HEADER = "X-Customer-Id"
 TASK_HEADER = "X-Task-Type"
+# A request's headers and OpenAI ``user``: the canary split's key, read only when needed.
+_Who = tuple[Mapping[str, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,10 @@ class RouteTable:
         self._rules: dict[tuple[str, str, str], RouteRule] = {}
         self._owners: dict[str, str] = {}
         self._routed: dict[str, int] = {}
+        # (adapter, alias) -> the canary on it; its version counts as routed.
+        self._canaries: dict[tuple[str, str], CanaryRoute] = {}
+        # Canary versions that failed to load here: never served, stable takes theirs.
+        self._down: set[str] = set()
 
     # aliases
 
@@ -96,6 +108,26 @@ class RouteTable:
     def alias(self, adapter: str, alias: str) -> tuple[int, VersionRef | None]:
         """(revision, ref) of an alias; (0, None) if it never existed here."""
         return self._aliases.get(adapter, {}).get(alias, (0, None))
+
+    def set_canary(self, adapter: str, alias: str, canary: CanaryRoute | None, *,
+                   servable: bool = True) -> None:
+        """The alias's canary (None: none), applied with the alias's revision by the
+        swap; ``servable`` False keeps its share on the stable version."""
+        old = self._canaries.pop((adapter, alias), None)
+        if old is not None:
+            self._unroute(versioned_name(adapter, old.target.version))
+        if canary is None or canary.weight <= 0:
+            return
+        self._canaries[(adapter, alias)] = canary
+        name = versioned_name(adapter, canary.target.version)
+        self._routed[name] = self._routed.get(name, 0) + 1
+        if servable:
+            self._down.discard(name)
+        else:
+            self._down.add(name)
+
+    def canary(self, adapter: str, alias: str) -> CanaryRoute | None:
+        return self._canaries.get((adapter, alias))
 
     def held(self, adapter: str) -> dict[str, tuple[int, VersionRef | None]]:
         """Every alias's last move, removals (``None``) included, with its revision."""
@@ -134,7 +166,8 @@ class RouteTable:
     def drop_adapter(self, adapter: str) -> None:
         """Forget an adapter entirely (deleted): a re-created one starts from revision 0."""
         self._owners.pop(adapter, None)
-        for _revision, ref in self._aliases.pop(adapter, {}).values():
+        for alias, (_revision, ref) in self._aliases.pop(adapter, {}).items():
+            self.set_canary(adapter, alias, None)
             if ref is not None:
                 self._unroute(versioned_name(adapter, ref.version))
 
@@ -175,14 +208,16 @@ class RouteTable:
 
     # resolution
 
-    def resolve(self, model: str | None, headers: Mapping[str, str],
-                tenant: str) -> Target | UnresolvedVersion:
+    def resolve(self, model: str | None, headers: Mapping[str, str], tenant: str,
+                user: str | None = None) -> Target | UnresolvedVersion:
         """Decide what serves a request of ``tenant``; raise NotServable for an unknown
-        adapter or alias, and for another tenant's adapter alike."""
+        adapter or alias, and for another tenant's adapter alike. ``user`` is the
+        request's OpenAI ``user``: the canary split's key when no customer is named."""
+        who = (headers, user)
         if not model or model == self.base_model:
             # The default rule stands in for a missing model only: a request naming the
             # base model gets it, unless a customer or task header routes it.
-            return self._resolve_by_rules(headers, tenant, use_default=not model)
+            return self._resolve_by_rules(headers, tenant, who, use_default=not model)
         parsed = parse_model_ref(model)
         if parsed is None:
             raise NotServable(f"the model {model!r} does not exist",
@@ -192,7 +227,7 @@ class RouteTable:
                               detail={"model": model, "adapter": parsed.adapter})
         if parsed.version is not None:
             return self._by_version(parsed.adapter, parsed.version)
-        return self._by_alias(parsed.adapter, parsed.alias or DEFAULT_ALIAS)
+        return self._by_alias(parsed.adapter, parsed.alias or DEFAULT_ALIAS, who)
 
     def target_for(self, ref: VersionRef) -> Target:
         return Target(adapter=ref.adapter, ref=ref,
@@ -201,32 +236,47 @@ class RouteTable:
     def base_target(self) -> Target:
         return Target(adapter=None, ref=None, model_name=self.base_model)
 
-    def _by_alias(self, adapter: str, alias: str) -> Target:
+    def _by_alias(self, adapter: str, alias: str, who: _Who) -> Target:
         _revision, ref = self.alias(adapter, alias)
         if ref is None:
             raise NotServable(f"the adapter {adapter!r} has no alias {alias!r}",
                               detail={"adapter": adapter, "alias": alias})
-        return self.target_for(ref)
+        return self.target_for(self._split(adapter, alias, ref, who))
+
+    def _split(self, adapter: str, alias: str, ref: VersionRef, who: _Who) -> VersionRef:
+        canary = self._canaries.get((adapter, alias))
+        if canary is None:  # the common case: no header read at all
+            return ref
+        headers, user = who
+        if not takes_canary(_header(headers, CUSTOMER_HEADER) or user, canary.id,
+                            canary.weight):
+            return ref
+        if versioned_name(adapter, canary.target.version) in self._down:
+            return ref
+        return canary.target
 
     def _by_version(self, adapter: str, version: int) -> Target | UnresolvedVersion:
         for _revision, ref in self.aliases(adapter).values():
             if ref.version == version:
                 return self.target_for(ref)
+        for (owner, _alias), canary in self._canaries.items():
+            if owner == adapter and canary.target.version == version:
+                return self.target_for(canary.target)
         return UnresolvedVersion(adapter, version)
 
-    def _resolve_by_rules(self, headers: Mapping[str, str], tenant: str, *,
-                          use_default: bool = True) -> Target:
+    def _resolve_by_rules(self, headers: Mapping[str, str], tenant: str, who: _Who,
+                          *, use_default: bool = True) -> Target:
         for kind, header in (("customer", CUSTOMER_HEADER), ("task", TASK_HEADER)):
-            key = _header(headers, header)
-            rule = self._rules.get((tenant, kind, key)) if key is not None else None
+            value = _header(headers, header)
+            rule = self._rules.get((tenant, kind, value)) if value is not None else None
             if rule is not None:
-                return self._rule_target(rule, tenant)
+                return self._rule_target(rule, tenant, who)
         default = self._rules.get((tenant, "default", DEFAULT_ROUTE_KEY))
         if default is not None and use_default:
-            return self._rule_target(default, tenant)
+            return self._rule_target(default, tenant, who)
         return self.base_target()
 
-    def _rule_target(self, rule: RouteRule, tenant: str) -> Target:
+    def _rule_target(self, rule: RouteRule, tenant: str, who: _Who) -> Target:
         _revision, ref = self.alias(rule.adapter, rule.alias)
         # The requester's tenant, not the rule's: whatever a rule says, a request
         # reaches only its own tenant's adapters.
@@ -238,4 +288,4 @@ class RouteTable:
                 "which is not served here",
                 detail={"kind": rule.kind, "key": rule.key, "adapter": rule.adapter,
                         "alias": rule.alias})
-        return self.target_for(ref)
+        return self.target_for(self._split(rule.adapter, rule.alias, ref, who))

@@ -23,7 +23,7 @@ from inference_agent.http_server import QuietServer
 from inference_agent.service import Agent
 from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
-from loraplane.events import RouteRule, VersionRef
+from loraplane.events import CanaryRoute, RouteRule, VersionRef
 from loraplane.netutil import free_port
 from registry_service.app import create_app
 
@@ -54,7 +54,8 @@ class FakeSwapper:
         self.recounts += 1
 
     async def apply(self, adapter: str, alias: str, revision: int,
-                    target: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
+                    target: VersionRef | None, ready: Readiness = "warm",
+                    canary: CanaryRoute | None = None) -> SwapResult:
         self.moves.append((adapter, alias, revision, target.version if target else None))
         if target is not None:
             self.readiness[(adapter, target.version)] = ready
@@ -65,6 +66,8 @@ class FakeSwapper:
             raise error
         _rev, old = self.routes.alias(adapter, alias)
         flipped = self.routes.set_alias(adapter, alias, revision, target)
+        if flipped:
+            self.routes.set_canary(adapter, alias, canary)
         return SwapResult(adapter=adapter, alias=alias, old=old.version if old else None,
                           new=target.version if target else None, loaded=False,
                           flipped=flipped)

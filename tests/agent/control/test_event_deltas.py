@@ -12,6 +12,7 @@ from inference_agent.control.workqueue import Done
 from loraplane.events import (
     AdapterDeleted,
     AdapterUpdated,
+    CanaryRoute,
     FleetChanged,
     PlacementChanged,
     VersionPublished,
@@ -74,6 +75,20 @@ async def test_the_next_revision_is_applied_from_the_event_alone() -> None:
     assert w.serving("bot") == {"live": 4}
     assert w.registry.calls == []
     assert w.reconciler.mirror.counts.applied == 3
+
+
+async def test_a_canary_event_splits_the_alias_without_a_registry_read() -> None:
+    w = await synced()
+    canary = CanaryRoute(id=3, weight=40, target=ref("bot", 2))
+    w.reconciler.on_event(moved("bot", "live", 2, ref("bot", 1)).model_copy(
+        update={"action": "canary_start", "canary": canary}))
+    assert await drain(w) == ["bot"]
+    assert w.routes.canary("bot", "live") == canary and w.serving("bot") == {"live": 1}
+    assert w.registry.calls == [], "the event carried the canary: no registry read"
+    w.reconciler.on_event(moved("bot", "live", 3, ref("bot", 1)).model_copy(
+        update={"action": "canary_abort"}))
+    await drain(w)
+    assert w.routes.canary("bot", "live") is None and w.registry.calls == []
 
 
 async def test_duplicate_and_late_events_change_nothing() -> None:

@@ -20,6 +20,7 @@ from inference_agent.errors import (
 from inference_agent.metrics import AgentMetrics
 from inference_agent.serving.routes import RouteTable
 from loraplane.events import (
+    CanaryRoute,
     DesiredAdapter,
     DesiredAlias,
     DesiredState,
@@ -46,6 +47,16 @@ class FakeRegistry:
         self.routes: list[RouteRule] = []
         self.calls: list[str | None] = []
         self.down = False
+        self.canaries: dict[tuple[str, str], CanaryRoute] = {}
+
+    def canary(self, adapter: str, alias: str, canary: CanaryRoute | None) -> None:
+        """A canary transition: the alias's revision moves, its version stays."""
+        revision, target = self.adapters[adapter][alias]
+        self.adapters[adapter][alias] = (revision + 1, target)
+        if canary is None:
+            self.canaries.pop((adapter, alias), None)
+        else:
+            self.canaries[(adapter, alias)] = canary
 
     def move(self, adapter: str, alias: str, target: VersionRef | None) -> None:
         aliases = self.adapters.setdefault(adapter, {})
@@ -63,7 +74,7 @@ class FakeRegistry:
         return DesiredState(
             base_model=base_model, stream_seq=7, event_seq=7, routes=self.routes,
             adapters=[DesiredAdapter(tenant="acme", name=n, base_model=base_model, aliases=[
-                DesiredAlias(alias=a, revision=r, target=t)
+                DesiredAlias(alias=a, revision=r, target=t, canary=self.canaries.get((n, a)))
                 for a, (r, t) in sorted(self.adapters[n].items())]) for n in names])
 
 
@@ -331,15 +342,37 @@ async def test_routes_key_refreshes_rules_and_moves_show_as_pending() -> None:
     original = w.swapper.apply
 
     async def spy(adapter: str, alias: str, revision: int,
-                  target: VersionRef | None, ready: Readiness = "warm") -> SwapResult:
+                  target: VersionRef | None, ready: Readiness = "warm",
+                  canary: CanaryRoute | None = None) -> SwapResult:
         seen.append(w.reconciler.pending())
-        return await original(adapter, alias, revision, target, ready)
+        return await original(adapter, alias, revision, target, ready, canary)
 
     w.swapper.apply = spy  # type: ignore[method-assign]
     w.registry.move("bot", "live", ref("bot", 1))
     await w.reconciler.reconcile("bot")
     assert seen == [{("bot", "live"): 1}]
     assert w.reconciler.pending() == {}
+
+
+async def test_a_canary_transition_reaches_the_swap_with_its_weight() -> None:
+    w = World()
+    w.registry.move("bot", "live", ref("bot", 1))
+    assert isinstance(await w.reconciler.reconcile("bot"), Done)
+    for revision, weight in ((2, 10), (3, 50)):
+        w.registry.canary("bot", "live", CanaryRoute(id=5, weight=weight,
+                                                      target=ref("bot", 2)))
+        w.reconciler.mirror.drop("bot")  # as a gap in the events would: read it again
+        assert isinstance(await w.reconciler.reconcile("bot"), Done)
+        assert w.swapper.moves[-1] == ("bot", "live", revision, 1)  # applied, not recorded
+        canary = w.routes.canary("bot", "live")
+        assert canary is not None and canary.weight == weight
+    moves = len(w.swapper.moves)
+    assert isinstance(await w.reconciler.reconcile("bot"), Done)
+    assert len(w.swapper.moves) == moves, "nothing to do a second time"
+    w.registry.canary("bot", "live", None)  # aborted
+    w.reconciler.mirror.drop("bot")
+    assert isinstance(await w.reconciler.reconcile("bot"), Done)
+    assert w.routes.canary("bot", "live") is None and w.serving("bot") == {"live": 1}
 
 
 async def test_vllm_key_repairs_the_cache_and_reloads_pinned_versions() -> None:

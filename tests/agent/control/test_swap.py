@@ -16,8 +16,8 @@ from inference_agent.metrics import AgentMetrics
 from inference_agent.node.cache import AdapterCache
 from inference_agent.node.materialize import Materializer
 from inference_agent.node.vllm_client import VllmClient
-from inference_agent.serving.routes import RouteTable
-from loraplane.events import VersionRef
+from inference_agent.serving.routes import CUSTOMER_HEADER, RouteTable
+from loraplane.events import CanaryRoute, VersionRef
 from tests.agent.adapter_refs import (
     FakeVllm,
     LocalFetch,
@@ -210,3 +210,55 @@ async def test_a_drain_that_keeps_its_version_still_tells_of_its_end(rig: Rig) -
     await eventually(lambda: not rig.swapper.draining(), what="bot@1's drain over")
     assert rig.changes == changes + 1
     assert "bot@1" in rig.vllm.names
+
+
+def _canary(rig: Rig, version: int, weight: int) -> CanaryRoute:
+    return CanaryRoute(id=11, weight=weight, target=rig.ref(version))
+
+
+def _split(rig: Rig) -> set[str]:
+    return {rig.routes.resolve("bot", {CUSTOMER_HEADER: f"c{i}"}, "acme").model_name
+            for i in range(200)}
+
+
+async def test_a_canary_is_loaded_beside_stable_and_drained_when_it_ends(rig: Rig) -> None:
+    await rig.swapper.apply("bot", "live", 1, rig.ref(1), "hot")
+    result = await rig.swapper.apply("bot", "live", 2, rig.ref(1), "hot", _canary(rig, 2, 50))
+    assert result.flipped and not rig.swapper.canary_load_failures
+    assert rig.cache.is_active("bot@1") and rig.cache.is_active("bot@2")  # both hot
+    assert _split(rig) == {"bot@1", "bot@2"}
+    # The weight moves: the same versions, nothing loaded again.
+    loads = len(rig.vllm.load_calls)
+    await rig.swapper.apply("bot", "live", 3, rig.ref(1), "hot", _canary(rig, 2, 90))
+    canary = rig.routes.canary("bot", "live")
+    assert len(rig.vllm.load_calls) == loads and canary is not None and canary.weight == 90
+    # Aborted: its share back on stable at once, its version drained and unloaded.
+    await rig.swapper.apply("bot", "live", 4, rig.ref(1), "hot", None)
+    assert _split(rig) == {"bot@1"}
+    await eventually(lambda: "bot@2" not in rig.vllm.names and not rig.swapper.draining(),
+                     what="the canary's version unloaded")
+    assert rig.cache.loaded_names() == ["bot@1"]
+
+
+async def test_a_canary_that_fails_to_load_is_never_served(rig: Rig) -> None:
+    await rig.swapper.apply("bot", "live", 1, rig.ref(1), "hot")
+    rig.vllm.refuse.add("bot@2")
+    result = await rig.swapper.apply("bot", "live", 2, rig.ref(1), "hot", _canary(rig, 2, 90))
+    assert result.flipped and rig.routes.alias("bot", "live")[0] == 2
+    assert rig.swapper.canary_load_failures == {"bot@2": 1}
+    assert _split(rig) == {"bot@1"}  # its share on stable, no request refused
+    rig.vllm.refuse.clear()
+    await rig.swapper.apply("bot", "live", 3, rig.ref(1), "hot", _canary(rig, 2, 90))
+    assert "bot@2" in _split(rig)
+
+
+async def test_promotion_moves_the_alias_onto_the_loaded_canary(rig: Rig) -> None:
+    await rig.swapper.apply("bot", "live", 1, rig.ref(1), "hot")
+    await rig.swapper.apply("bot", "live", 2, rig.ref(1), "hot", _canary(rig, 2, 50))
+    loads = len(rig.vllm.load_calls)
+    result = await rig.swapper.apply("bot", "live", 3, rig.ref(2), "hot", None)
+    assert result.flipped and len(rig.vllm.load_calls) == loads  # already loaded
+    assert _split(rig) == {"bot@2"}
+    await eventually(lambda: "bot@1" not in rig.vllm.names and not rig.swapper.draining(),
+                     what="the old stable version unloaded")
+    assert rig.cache.loaded_names() == ["bot@2"]

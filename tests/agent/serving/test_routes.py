@@ -6,8 +6,9 @@ import pytest
 from starlette.datastructures import Headers
 
 from inference_agent.errors import NotServable
-from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
-from loraplane.events import RouteKind, RouteRule, VersionRef
+from inference_agent.serving.routes import CUSTOMER_HEADER, RouteTable, Target, UnresolvedVersion
+from loraplane.canary_split import takes_canary
+from loraplane.events import CanaryRoute, RouteKind, RouteRule, VersionRef
 
 BASE = "tiny-llama"
 TENANT = "acme"
@@ -208,3 +209,62 @@ def test_a_rule_never_reaches_another_tenants_adapter(table: RouteTable) -> None
     # A delta filed under another kind or key than its rule's is dropped too.
     table.set_rule(TENANT, "task", "t", rule("customer", "c1", "bot"))
     assert table.rules() == [rule("default", "default", "evil-bot")]
+
+
+def _canary(weight: int, version: int = 4, canary_id: int = 7) -> CanaryRoute:
+    return CanaryRoute(id=canary_id, weight=weight, target=ref("bot", version))
+
+
+def _customers(table: RouteTable, model: str = "bot", **extra: str) -> dict[str, str]:
+    return {c: name_of(table.resolve(model, {CUSTOMER_HEADER: c, **extra}, TENANT))
+            for c in (f"cust-{i}" for i in range(400))}
+
+
+def test_an_alias_under_canary_splits_by_customer(table: RouteTable) -> None:
+    table.set_canary("bot", "live", _canary(25))
+    assert table.canary("bot", "live") == _canary(25)
+    first = _customers(table)
+    assert set(first.values()) == {"bot@3", "bot@4"}
+    assert 60 <= sum(v == "bot@4" for v in first.values()) <= 140  # 25 % of 400, +-4.6 sd
+    assert _customers(table) == first  # sticky
+    assert first == {c: ("bot@4" if takes_canary(c, 7, 25) else "bot@3") for c in first}
+    # A growing weight only moves customers to the canary.
+    table.set_canary("bot", "live", _canary(50))
+    second = _customers(table)
+    assert all(second[c] == "bot@4" for c, v in first.items() if v == "bot@4")
+    # The OpenAI `user` stands in for a missing customer; the customer wins over it.
+    users = {u: name_of(table.resolve("bot", {}, TENANT, user=u)) for u in first}
+    assert users == second
+    # Other aliases and explicit versions are not split.
+    assert set(_customers(table, "bot@canary").values()) == {"bot@4"}
+    assert set(_customers(table, "bot@3").values()) == {"bot@3"}
+    assert name_of(table.resolve("bot@4", {}, TENANT)) == "bot@4"
+
+
+def test_a_canary_that_could_not_load_gives_its_share_to_stable(table: RouteTable) -> None:
+    table.set_alias("bot", "canary", 2, None)  # bot@4 is only the canary's now
+    table.set_canary("bot", "live", _canary(90), servable=False)
+    assert set(_customers(table).values()) == {"bot@3"}
+    assert table.is_routed("bot@4")  # kept on disk and in vLLM: it may load next time
+    table.set_canary("bot", "live", _canary(90), servable=True)
+    assert "bot@4" in set(_customers(table).values())
+    table.set_canary("bot", "live", None)
+    assert set(_customers(table).values()) == {"bot@3"} and not table.is_routed("bot@4")
+    table.set_canary("bot", "live", _canary(0))  # weight 0: no canary at all
+    assert table.canary("bot", "live") is None and not table.is_routed("bot@4")
+
+
+def test_rules_to_an_alias_under_canary_split_alike(table: RouteTable) -> None:
+    table.set_rules([rule("default", "default", "bot")])
+    table.set_canary("bot", "live", _canary(25))
+    by_rule = {c: name_of(table.resolve(None, {CUSTOMER_HEADER: c}, TENANT))
+               for c in _customers(table)}
+    assert by_rule == _customers(table)
+
+
+def test_dropping_the_adapter_drops_its_canary(table: RouteTable) -> None:
+    table.set_canary("bot", "live", _canary(25, version=9))
+    assert table.is_routed("bot@9")
+    assert name_of(table.resolve("bot@9", {}, TENANT)) == "bot@9"
+    table.drop_adapter("bot")
+    assert table.canary("bot", "live") is None and not table.is_routed("bot@9")
