@@ -5,6 +5,7 @@ reason, roles and tenants, and bad input refused with its code."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,14 @@ async def test_the_desired_state_carries_the_running_canary(registry: RegistryHa
     assert (await _call(registry, "POST", f"{CANARY}/abort"))[0] == 200
     alias = await live()
     assert alias["canary"] is None and alias["revision"] == 3
+
+
+async def test_two_starts_at_once_make_one_canary(registry: RegistryHarness,
+                                                  tmp_path: Path) -> None:
+    await _bot(registry, tmp_path)
+    answers = await asyncio.gather(*(_start(registry, version=v) for v in (2, 3, 2, 3)))
+    assert sorted(status for status, _ in answers) == [201, 409, 409, 409], answers
+    assert {body["error"]["code"] for status, body in answers if status == 409} == {
+        "canary_exists"}
+    _, listed = await _call(registry, "GET", f"{ALIAS}/canaries")
+    assert len(listed["canaries"]) == 1
