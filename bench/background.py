@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -142,29 +143,32 @@ def loop_stalls(log: Path, top: int = 3) -> dict[str, Any]:
 # --- the collector -------------------------------------------------------------------------
 
 
-def wait_for_pass(client: httpx.Client, url: str, timeout_s: float,
-                  interval_s: float = 0.01) -> Scrape:
-    """The first scrape that shows a collector pass running."""
+def _first_scrape(client: httpx.Client, url: str, timeout_s: float, interval_s: float,
+                  ok: Callable[[Scrape], bool], failure: str) -> Scrape:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         seen = scrape(client, url)
-        if seen.value(GC_RUNNING) >= 1:
+        if ok(seen):
             return seen
         time.sleep(interval_s)
-    raise RuntimeError(f"no blob collector pass started within {timeout_s:.0f} s")
+    raise RuntimeError(f"{failure} within {timeout_s:.0f} s")
+
+
+def wait_for_pass(client: httpx.Client, url: str, timeout_s: float,
+                  interval_s: float = 0.01) -> Scrape:
+    """The first scrape that shows a collector pass running."""
+    return _first_scrape(client, url, timeout_s, interval_s,
+                         lambda seen: seen.value(GC_RUNNING) >= 1,
+                         "no blob collector pass started")
 
 
 def wait_for_quiet(client: httpx.Client, url: str, timeout_s: float,
                    interval_s: float = 0.05) -> Scrape:
     """The first scrape after the registry's start-up collector pass ended, none running."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        seen = scrape(client, url)
-        if seen.value(f"{GC_PASS}_count") >= 1 and seen.value(GC_RUNNING) == 0:
-            return seen
-        time.sleep(interval_s)
-    raise RuntimeError(f"the registry's start-up collector pass did not end within "
-                       f"{timeout_s:.0f} s")
+    return _first_scrape(client, url, timeout_s, interval_s,
+                         lambda seen: (seen.value(f"{GC_PASS}_count") >= 1
+                                       and seen.value(GC_RUNNING) == 0),
+                         "the registry's start-up collector pass did not end")
 
 
 class GcWatch:

@@ -3,17 +3,12 @@ abort it, and list an alias's canaries. (``rollout`` is the fleet view of a vers
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 import click
 
 from loraplane.api.canaries import Canary, CanaryList, CanaryVerb, OnFailure
-from loraplane.naming import DEFAULT_ALIAS
 from loraplane_cli.context import CliState, pass_state
 from loraplane_cli.output import Output, short_time
-
-F = TypeVar("F", bound=Callable[..., Any])
+from loraplane_cli.versions import alias_option
 
 
 def parse_steps(text: str) -> list[int]:
@@ -27,11 +22,6 @@ def parse_steps(text: str) -> list[int]:
 
 def _steps(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
     return None if value is None else parse_steps(value)
-
-
-def _alias(function: F) -> F:
-    return click.option("--alias", default=DEFAULT_ALIAS, show_default=True,
-                        help="The alias the canary runs on.")(function)
 
 
 def render_canary(out: Output, canary: Canary) -> None:
@@ -64,7 +54,7 @@ def canary_group() -> None:
 @canary_group.command("start", short_help="Start a canary.")
 @click.argument("name")
 @click.argument("version", type=click.IntRange(min=1))
-@_alias
+@alias_option("The alias the canary runs on.")
 @click.option("--steps", callback=_steps, default=None,
               help="Weights in percent, increasing, e.g. 10,50. [default: 10,50]")
 @click.option("--step-seconds", type=click.IntRange(min=1), default=None,
@@ -83,7 +73,7 @@ def start_command(state: CliState, name: str, version: int, alias: str,
 
 @canary_group.command("status", short_help="The running canary and its checks.")
 @click.argument("name")
-@_alias
+@alias_option("The alias the canary runs on.")
 @pass_state
 def status_command(state: CliState, name: str, alias: str) -> None:
     """The canary running on an alias of adapter NAME, with its live checks."""
@@ -94,7 +84,7 @@ def status_command(state: CliState, name: str, alias: str) -> None:
 def _action(verb: CanaryVerb, summary: str) -> None:
     @canary_group.command(verb, short_help=summary, help=f"{summary} (adapter NAME).")
     @click.argument("name")
-    @_alias
+    @alias_option("The alias the canary runs on.")
     @click.option("--reason", default=None, help="Why, for the alias's history.")
     @pass_state
     def command(state: CliState, name: str, alias: str, reason: str | None) -> None:
@@ -115,7 +105,7 @@ _action("abort", "Stop the canary: weight 0, the alias stays")
 
 @canary_group.command("list", short_help="An alias's canaries, newest first.")
 @click.argument("name")
-@_alias
+@alias_option("The alias the canary runs on.")
 @click.option("--limit", type=click.IntRange(min=1, max=1000), default=20, show_default=True,
               help="Show at most this many canaries.")
 @pass_state

@@ -83,10 +83,10 @@ class RouteTable:
         self._rules: dict[tuple[str, str, str], RouteRule] = {}
         self._owners: dict[str, str] = {}
         self._routed: dict[str, int] = {}
-        # (adapter, alias) -> the canary on it; its version counts as routed.
-        self._canaries: dict[tuple[str, str], CanaryRoute] = {}
-        # Canary versions that failed to load here: never served, stable takes theirs.
-        self._down: set[str] = set()
+        # (adapter, alias) -> the canary on it, and whether it may be served here (a
+        # version that failed to load is not: stable takes its share). Its version
+        # counts as routed either way.
+        self._canaries: dict[tuple[str, str], tuple[CanaryRoute, bool]] = {}
 
     # aliases
 
@@ -101,8 +101,7 @@ class RouteTable:
             self._unroute(versioned_name(adapter, current[1].version))
         table[alias] = (revision, ref)
         if ref is not None:
-            name = versioned_name(adapter, ref.version)
-            self._routed[name] = self._routed.get(name, 0) + 1
+            self._route(versioned_name(adapter, ref.version))
         return True
 
     def alias(self, adapter: str, alias: str) -> tuple[int, VersionRef | None]:
@@ -115,19 +114,15 @@ class RouteTable:
         swap; ``servable`` False keeps its share on the stable version."""
         old = self._canaries.pop((adapter, alias), None)
         if old is not None:
-            self._unroute(versioned_name(adapter, old.target.version))
+            self._unroute(versioned_name(adapter, old[0].target.version))
         if canary is None or canary.weight <= 0:
             return
-        self._canaries[(adapter, alias)] = canary
-        name = versioned_name(adapter, canary.target.version)
-        self._routed[name] = self._routed.get(name, 0) + 1
-        if servable:
-            self._down.discard(name)
-        else:
-            self._down.add(name)
+        self._canaries[(adapter, alias)] = (canary, servable)
+        self._route(versioned_name(adapter, canary.target.version))
 
     def canary(self, adapter: str, alias: str) -> CanaryRoute | None:
-        return self._canaries.get((adapter, alias))
+        held = self._canaries.get((adapter, alias))
+        return held[0] if held is not None else None
 
     def held(self, adapter: str) -> dict[str, tuple[int, VersionRef | None]]:
         """Every alias's last move, removals (``None``) included, with its revision."""
@@ -176,6 +171,9 @@ class RouteTable:
 
     def is_routed(self, name: str) -> bool:
         return name in self._routed
+
+    def _route(self, name: str) -> None:
+        self._routed[name] = self._routed.get(name, 0) + 1
 
     def _unroute(self, name: str) -> None:
         left = self._routed.get(name, 0) - 1
@@ -244,14 +242,13 @@ class RouteTable:
         return self.target_for(self._split(adapter, alias, ref, who))
 
     def _split(self, adapter: str, alias: str, ref: VersionRef, who: _Who) -> VersionRef:
-        canary = self._canaries.get((adapter, alias))
-        if canary is None:  # the common case: no header read at all
+        held = self._canaries.get((adapter, alias))
+        if held is None:  # the common case: no header read at all
             return ref
+        canary, servable = held
         headers, user = who
-        if not takes_canary(_header(headers, CUSTOMER_HEADER) or user, canary.id,
-                            canary.weight):
-            return ref
-        if versioned_name(adapter, canary.target.version) in self._down:
+        if not servable or not takes_canary(_header(headers, CUSTOMER_HEADER) or user,
+                                            canary.id, canary.weight):
             return ref
         return canary.target
 
@@ -259,7 +256,7 @@ class RouteTable:
         for _revision, ref in self.aliases(adapter).values():
             if ref.version == version:
                 return self.target_for(ref)
-        for (owner, _alias), canary in self._canaries.items():
+        for (owner, _alias), (canary, _servable) in self._canaries.items():
             if owner == adapter and canary.target.version == version:
                 return self.target_for(canary.target)
         return UnresolvedVersion(adapter, version)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from loraplane.api.canaries import Canary, CanaryAnalysis, CanaryList, CanaryStart
 from loraplane.events import AliasAction, CanaryRoute
@@ -24,13 +25,12 @@ from registry_service.aliases.service import (
 )
 from registry_service.auth.roles import Principal, Role
 from registry_service.canaries.models import CanaryRow
-from registry_service.canaries.state import active_canary, finish
+from registry_service.canaries.state import active_canary, canary_route, finish
 from registry_service.cursors import int_cursor
 from registry_service.db.base import utcnow
 from registry_service.errors import Conflict, InvalidInput, NotFound
 from registry_service.versions.lookup import get_version, version_by_id
 from registry_service.versions.models import Version
-from registry_service.versions.refs import version_ref
 
 
 @dataclass
@@ -49,8 +49,7 @@ class _Running:
                     self.canary.number)
 
     def route(self) -> CanaryRoute:
-        return CanaryRoute(id=self.row.id, weight=self.row.weight,
-                           target=version_ref(self.adapter, self.canary))
+        return canary_route(self.adapter, self.row, self.canary)
 
     def record(self, action: AliasAction, actor: str, reason: str,
                route: CanaryRoute | None) -> None:
@@ -178,25 +177,18 @@ async def history(session: AsyncSession, principal: Principal, name: str, alias_
     if alias is None:
         raise NotFound(f"alias {alias_name!r} of {adapter.name!r} not found",
                        code="alias_not_found", detail={"alias": alias_name})
-    query = (select(CanaryRow, Version.number).join(Version,
-                                                   Version.id == CanaryRow.stable_version_id)
+    stable_v, canary_v = aliased(Version), aliased(Version)
+    query = (select(CanaryRow, stable_v.number, canary_v.number)
+             .join(stable_v, stable_v.id == CanaryRow.stable_version_id)
+             .join(canary_v, canary_v.id == CanaryRow.canary_version_id)
              .where(CanaryRow.alias_id == alias.id))
     if before is not None:
         query = query.where(CanaryRow.id < before)
     rows = (await session.execute(query.order_by(CanaryRow.id.desc()).limit(limit + 1))).all()
-    numbers = await _numbers(session, [row.canary_version_id for row, _ in rows])
-    page = [_out(adapter, alias_name, row, stable, numbers[row.canary_version_id])
-            for row, stable in rows[:limit]]
+    page = [_out(adapter, alias_name, row, stable, canary)
+            for row, stable, canary in rows[:limit]]
     return CanaryList(adapter=adapter.name, alias=alias_name, canaries=page,
                       next_cursor=str(page[-1].id) if len(rows) > limit else None)
-
-
-async def _numbers(session: AsyncSession, version_ids: list[int]) -> dict[int, int]:
-    if not version_ids:
-        return {}
-    rows = await session.execute(select(Version.id, Version.number)
-                                 .where(Version.id.in_(set(version_ids))))
-    return {version_id: number for version_id, number in rows.all()}
 
 
 async def _acting(session: AsyncSession, principal: Principal, name: str,

@@ -7,25 +7,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.api.canaries import ACTIVE_STATES
+from loraplane.events import CanaryRoute
+from registry_service.adapters.models import Adapter
+from registry_service.aliases.models import Alias
 from registry_service.canaries.models import CanaryRow
 from registry_service.db.base import utcnow
 from registry_service.versions.models import Version
+from registry_service.versions.refs import version_ref
+
+_ACTIVE = sorted(ACTIVE_STATES)
 
 
-async def active_routes(session: AsyncSession, alias_ids: Sequence[int]
-                        ) -> dict[int, tuple[CanaryRow, Version]]:
-    """The running canary of each alias that has one, with its canary version, by alias id."""
-    if not alias_ids:
-        return {}
+def canary_route(adapter: Adapter, row: CanaryRow, version: Version) -> CanaryRoute:
+    """What agents act on: the canary's id, weight and version."""
+    return CanaryRoute(id=row.id, weight=row.weight, target=version_ref(adapter, version))
+
+
+async def active_routes(session: AsyncSession, where: Sequence[ColumnElement[bool]]
+                        ) -> dict[int, CanaryRoute]:
+    """The running canary of each alias that has one, of the adapters matching ``where``
+    (conditions on ``Adapter``), by alias id."""
     rows = await session.execute(
-        select(CanaryRow, Version).join(Version, Version.id == CanaryRow.canary_version_id)
-        .where(CanaryRow.alias_id.in_(alias_ids),
-               CanaryRow.state.in_(sorted(ACTIVE_STATES))))
-    return {row.alias_id: (row, version) for row, version in rows.all()}
+        select(CanaryRow, Version, Adapter)
+        .join(Version, Version.id == CanaryRow.canary_version_id)
+        .join(Alias, Alias.id == CanaryRow.alias_id)
+        .join(Adapter, Adapter.id == Alias.adapter_id)
+        .where(*where, CanaryRow.state.in_(_ACTIVE)))
+    return {row.alias_id: canary_route(adapter, row, version)
+            for row, version, adapter in rows.all()}
 
 
 async def active_canary(session: AsyncSession, alias_id: int) -> CanaryRow | None:
@@ -33,7 +46,7 @@ async def active_canary(session: AsyncSession, alias_id: int) -> CanaryRow | Non
     caller that means to change it)."""
     return await session.scalar(
         select(CanaryRow).where(CanaryRow.alias_id == alias_id,
-                                CanaryRow.state.in_(sorted(ACTIVE_STATES))))
+                                CanaryRow.state.in_(_ACTIVE)))
 
 
 def finish(row: CanaryRow, *, promoted: bool, reason: str | None) -> None:

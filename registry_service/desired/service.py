@@ -11,16 +11,14 @@ from collections.abc import Sequence
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.events import CanaryRoute, DesiredAdapter, DesiredAlias, DesiredState
+from loraplane.events import DesiredAdapter, DesiredAlias, DesiredState
 from registry_service.adapters.models import Adapter
 from registry_service.agents.service import DEFAULT_STALE_AFTER_S, live_agent_ids
 from registry_service.aliases.service import alias_targets
 from registry_service.auth.roles import Principal, Role
-from registry_service.canaries.models import CanaryRow
 from registry_service.canaries.state import active_routes
 from registry_service.events.service import last_event_seq, last_stream_seq
 from registry_service.routing.service import route_revisions, rules_to
-from registry_service.versions.models import Version
 from registry_service.versions.refs import version_ref
 
 
@@ -46,13 +44,6 @@ async def _consistent_reads(session: AsyncSession) -> None:
     # at its own level, which the read order below keeps correct anyway.
     if session.get_bind().dialect.name == "postgresql" and not session.in_transaction():
         await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-
-
-def _route(adapter: Adapter, canary: tuple[CanaryRow, Version] | None) -> CanaryRoute | None:
-    if canary is None:
-        return None
-    row, version = canary
-    return CanaryRoute(id=row.id, weight=row.weight, target=version_ref(adapter, version))
 
 
 async def desired_state(
@@ -84,16 +75,15 @@ async def desired_state(
     adapters = await _adapters(session, where)
     aliases: dict[int, list[DesiredAlias]] = {adapter.id: [] for adapter in adapters}
     by_id = {adapter.id: adapter for adapter in adapters}
-    targets = await alias_targets(session, where)
-    canaries = await active_routes(session, [alias.id for alias, _ in targets])
-    for alias, version in targets:
+    canaries = await active_routes(session, where)
+    for alias, version in await alias_targets(session, where):
         # Both reads share one snapshot, but the filter keeps a dangling alias (should
         # a read ever see a newer moment) out rather than failing the whole snapshot.
         if alias.adapter_id in by_id:
             owner = by_id[alias.adapter_id]
             aliases[alias.adapter_id].append(DesiredAlias(
                 alias=alias.name, revision=alias.revision, target=version_ref(owner, version),
-                canary=_route(owner, canaries.get(alias.id))))
+                canary=canaries.get(alias.id)))
     return DesiredState(
         base_model=base_model, stream_seq=stream_seq, event_seq=event_seq,
         adapters=[DesiredAdapter(tenant=a.tenant.name, name=a.name, base_model=a.base_model,
