@@ -8,9 +8,10 @@ desired state, so a late, duplicated or out-of-order event changes nothing wrong
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import pairwise
 from typing import Annotated, Literal
 
-from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from loraplane.naming import SLUG_PATTERN
 
@@ -334,6 +335,52 @@ class TierEntry(_Frozen):
     over_capacity: bool = False
 
 
+# The upper bounds (seconds) of the latency buckets an agent counts a canary's requests
+# in; a report's counts have one more, for +Inf. Fixed here, so that every agent's
+# counts add up bucket by bucket in the registry.
+TRAFFIC_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                                      5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+MAX_TRAFFIC_ENTRIES = 200
+CanaryTrack = Literal["stable", "canary"]
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+BucketCounts = Annotated[list[Count], Field(min_length=len(TRAFFIC_BUCKETS) + 1,
+                                            max_length=len(TRAFFIC_BUCKETS) + 1)]
+
+
+def _empty_buckets() -> list[int]:
+    return [0] * (len(TRAFFIC_BUCKETS) + 1)
+
+
+class CanaryTraffic(_Frozen):
+    """One side of a running canary as one agent served it: the requests its split sent
+    to the canary version (``canary``) or kept on the alias's own (``stable``).
+
+    Every count is cumulative since the agent first routed the canary, as a Prometheus
+    counter is: the registry takes the difference over a step's window, and a count
+    lower than the last one (the agent restarted) starts again from zero."""
+
+    canary_id: int = Field(ge=1, le=2**63 - 1)
+    track: CanaryTrack
+    requests: Count = 0
+    errors: Count = 0  # answered 5xx (the agent's or vLLM's), timeouts included
+    # Cumulative counts per bucket of TRAFFIC_BUCKETS, +Inf last (Prometheus' ``le``):
+    # to the last byte, and to the first streamed chunk.
+    latency: BucketCounts = Field(default_factory=_empty_buckets)
+    ttft: BucketCounts = Field(default_factory=_empty_buckets)
+    # 1 once the canary version failed to load on this agent (``canary`` side only).
+    load_failures: Count = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CanaryTraffic:
+        for name in ("latency", "ttft"):
+            counts: list[int] = getattr(self, name)
+            if any(b < a for a, b in pairwise(counts)):
+                raise ValueError(f"{name} bucket counts must be cumulative (non-decreasing)")
+        if self.latency[-1] > self.requests or self.errors > self.requests:
+            raise ValueError("more latencies or errors than requests")
+        return self
+
+
 class AgentStatus(_Frozen):
     """What one agent reports: what it serves and what failed, with reasons."""
 
@@ -347,3 +394,6 @@ class AgentStatus(_Frozen):
     # The agent's last report, sent as it shuts down: the registry takes it out of the
     # live fleet at once instead of after the staleness window.
     leaving: bool = False
+    # Per running canary this agent routes, what each side served (the analysis' input).
+    traffic: list[CanaryTraffic] = Field(default_factory=list,
+                                         max_length=MAX_TRAFFIC_ENTRIES)

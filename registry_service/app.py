@@ -35,6 +35,7 @@ from registry_service.bootstrap import (
     prepare_database,
     start_embedded_nats,
 )
+from registry_service.canaries.analyst import CanaryAnalyst
 from registry_service.canaries.routes import router as canaries_router
 from registry_service.context import RegistryContext
 from registry_service.desired.routes import router as desired_router
@@ -91,6 +92,10 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         fleet = FleetWatcher(db, settings.agent_stale_after_s)
         await fleet.start()
         stack.push_async_callback(fleet.stop)
+        analyst = CanaryAnalyst(db, interval_s=settings.canary_interval_s,
+                                lease_s=settings.canary_lease_s)
+        await analyst.start()
+        stack.push_async_callback(analyst.stop)
         reports = ReportWriter(db, stale_after_s=settings.agent_stale_after_s,
                                fleet_note=fleet.noted, on_batch=metrics.report_batch.observe)
         await reports.start()
@@ -101,7 +106,7 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
                                             db, metrics,
                                             stale_after_s=settings.agent_stale_after_s,
                                             max_age_s=settings.fleet_metrics_max_age_s),
-                                        embedded_nats=nats, fleet=fleet,
+                                        embedded_nats=nats, fleet=fleet, analyst=analyst,
                                         file_linker=linker)
         log.info("registry ready (database %s, blobs %s, nats %s)",
                  db.engine.dialect.name, settings.blob_kind, describe_nats(nats_url, security))

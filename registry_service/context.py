@@ -10,6 +10,7 @@ from registry_service.agents.convergence import FleetGauges
 from registry_service.agents.fleet import FleetWatcher
 from registry_service.agents.report_writer import ReportWriter
 from registry_service.blobs.base import BlobStore
+from registry_service.canaries.analyst import CanaryAnalyst
 from registry_service.db.engine import Database
 from registry_service.events.file_links import FileLinker
 from registry_service.events.relay import EventRelay
@@ -32,6 +33,7 @@ class RegistryContext:
     fleet_gauges: FleetGauges  # the fleet's gauges, recomputed for scrapes
     embedded_nats: EmbeddedNats | None = None
     fleet: FleetWatcher | None = None
+    analyst: CanaryAnalyst | None = None
     upload_slots: UploadSlots = field(default_factory=UploadSlots)
     # Adds presigned blob URLs to events and snapshots (None: LORAPLANE_EVENT_FILE_URLS
     # leaves them out); see events/file_links.py.

@@ -119,6 +119,10 @@ class RegistrySettings(BaseSettings, NatsSettings):
     relay_publish_timeout_s: float = Field(default=5.0, gt=0)
     # A relay's lease on the outbox rows it is publishing; one that dies loses it then.
     relay_claim_lease_s: float = Field(default=60.0, gt=0)
+    # The canary analyst looks for due steps every canary_interval_s; its lease on a
+    # canary lasts canary_lease_s, after which another replica may take it over.
+    canary_interval_s: float = Field(default=1.0, gt=0, le=60)
+    canary_lease_s: float = Field(default=30.0, gt=0, le=3600)
     # Unreferenced blobs are collected at start-up and then every blob_gc_interval_s;
     # one is only taken once the store wrote it blob_gc_grace_s ago.
     blob_gc_interval_s: float = Field(default=3600.0, gt=0)
@@ -176,6 +180,8 @@ class RegistrySettings(BaseSettings, NatsSettings):
         if self.relay_claim_lease_s < 2 * self.relay_publish_timeout_s:
             raise ValueError("relay_claim_lease_s must be at least twice "
                              "relay_publish_timeout_s")
+        if self.canary_lease_s < 2 * self.canary_interval_s:
+            raise ValueError("canary_lease_s must be at least twice canary_interval_s")
         if self.max_file_bytes > self.max_upload_bytes:
             raise ValueError("max_file_bytes must not exceed max_upload_bytes")
         if self.max_file_bytes > self.max_adapter_bytes:

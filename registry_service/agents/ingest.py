@@ -27,6 +27,7 @@ from registry_service.agents.service import agent_out, live_agent_ids
 from registry_service.auth.models import ApiToken
 from registry_service.auth.roles import Principal, Role
 from registry_service.auth.service import authenticate_many
+from registry_service.canaries.traffic import record_traffic
 from registry_service.db.base import utcnow
 from registry_service.errors import Forbidden, InvalidInput, RegistryError
 
@@ -112,6 +113,8 @@ async def _store_one(session: AsyncSession, principal: Principal | RegistryError
     status = report.status
     seen, was_live, stored = await upsert_agent_status(session, status,
                                                        stale_after_s=stale_after_s)
+    if status.traffic:
+        await record_traffic(session, report.agent_id, status.traffic)
     if was_live == status.leaving:  # joined, or left
         move = moves.setdefault(status.base_model, _Moves())
         (move.left if status.leaving else move.joined).append(report.agent_id)

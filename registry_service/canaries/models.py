@@ -1,11 +1,12 @@
-"""The ``canaries`` table: one row per canary an alias ever ran, its state and checks."""
+"""The ``canaries`` table: one row per canary an alias ever ran, its state and checks;
+and ``canary_traffic``: what each agent served on each side of a running canary."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from registry_service.db.base import Base, UTCDateTime, utcnow
@@ -44,3 +45,35 @@ class CanaryRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # When the current step began: its analysis window opens here.
     step_started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Failed steps so far, and inconclusive steps in a row (the analysis' limits).
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    inconclusive: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The registry replica analysing it, until when (a lease, as the outbox relay's).
+    analyst: Mapped[str | None] = mapped_column(String(255), default=None)
+    analyst_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+
+
+class CanaryTrafficRow(Base):
+    """One side (``stable`` or ``canary``) of a canary as one agent served it.
+
+    The counts are the agent's, cumulative as reported; ``base_*`` are what they were
+    when the step's window opened, so the window holds their difference. An agent that
+    restarted reports lower counts: the difference it had is kept by lowering the base.
+    Load failures have no base: a version that failed to load still fails there."""
+
+    __tablename__ = "canary_traffic"
+
+    canary_id: Mapped[int] = mapped_column(
+        ForeignKey("canaries.id", ondelete="CASCADE"), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    track: Mapped[str] = mapped_column(String(8), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    load_failures: Mapped[int] = mapped_column(BigInteger, default=0)
+    latency: Mapped[list[int]] = mapped_column(JSON)
+    ttft: Mapped[list[int]] = mapped_column(JSON)
+    base_requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    base_errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    base_latency: Mapped[list[int] | None] = mapped_column(JSON, default=None)
+    base_ttft: Mapped[list[int] | None] = mapped_column(JSON, default=None)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

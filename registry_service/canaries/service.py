@@ -13,7 +13,13 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from loraplane.api.canaries import Canary, CanaryAnalysis, CanaryList, CanaryStart
+from loraplane.api.canaries import (
+    ACTIVE_STATES,
+    Canary,
+    CanaryAnalysis,
+    CanaryList,
+    CanaryStart,
+)
 from loraplane.events import AliasAction, CanaryRoute
 from registry_service.adapters.lookup import get_visible_adapter
 from registry_service.adapters.models import Adapter
@@ -26,6 +32,7 @@ from registry_service.aliases.service import (
 from registry_service.auth.roles import Principal, Role
 from registry_service.canaries.models import CanaryRow
 from registry_service.canaries.state import active_canary, canary_route, finish
+from registry_service.canaries.traffic import rebase
 from registry_service.cursors import int_cursor
 from registry_service.db.base import utcnow
 from registry_service.errors import Conflict, InvalidInput, NotFound
@@ -34,7 +41,7 @@ from registry_service.versions.models import Version
 
 
 @dataclass
-class _Running:
+class Running:
     """A running canary with its alias (locked) and both versions."""
 
     session: AsyncSession
@@ -57,6 +64,17 @@ class _Running:
         self.row.updated_at = utcnow()
         record_transition(self.session, self.adapter, self.alias, self.stable, action=action,
                           actor=actor, reason=reason, canary=route)
+
+    async def promote(self, actor: str, reason: str) -> None:
+        """All traffic to the canary version: the alias moves to it, one move."""
+        finish(self.row, promoted=True, reason=reason)
+        await move_alias_locked(self.session, self.adapter, self.alias, self.canary,
+                                action="canary_promote", actor=actor, reason=reason)
+
+    def abort(self, actor: str, reason: str) -> None:
+        """No traffic to the canary version; the alias stays where it was."""
+        finish(self.row, promoted=False, reason=reason)
+        self.record("canary_abort", actor, reason, None)
 
 
 def _out(adapter: Adapter, alias: str, row: CanaryRow, stable: int, canary: int) -> Canary:
@@ -93,7 +111,7 @@ async def start(session: AsyncSession, principal: Principal, name: str, alias_na
                     on_failure=body.on_failure, checks=[], actor=principal.name)
     session.add(row)
     await session.flush()
-    canary = _Running(session, adapter, alias, row, stable, version)
+    canary = Running(session, adapter, alias, row, stable, version)
     row.reason = (f"started by {principal.name}: version {version.number} on "
                   f"{row.weight}% of {alias_name!r}")
     canary.record("canary_start", principal.name, row.reason, canary.route())
@@ -135,8 +153,9 @@ async def _switch(session: AsyncSession, principal: Principal, name: str, alias_
         raise Conflict(f"canary {canary.row.id} is {canary.row.state}, not {was}",
                        code=code, detail={"canary": canary.row.id})
     canary.row.state = to
-    if to == "progressing":
-        canary.row.step_started_at = utcnow()
+    if to == "progressing":  # a window of its own, and the inconclusive ones forgotten
+        canary.row.step_started_at, canary.row.inconclusive = utcnow(), 0
+        await rebase(session, canary.row.id)
     canary.row.reason = _said(f"{verb} by {principal.name}", reason)
     canary.record(action, principal.name, canary.row.reason, canary.route())
     await session.commit()
@@ -147,10 +166,7 @@ async def promote(session: AsyncSession, principal: Principal, name: str, alias_
                   reason: str | None) -> Canary:
     """All traffic to the canary version now: the alias moves to it, one move."""
     canary = await _acting(session, principal, name, alias_name)
-    said = _said(f"promoted by {principal.name}", reason)
-    finish(canary.row, promoted=True, reason=said)
-    await move_alias_locked(session, canary.adapter, canary.alias, canary.canary,
-                            action="canary_promote", actor=principal.name, reason=said)
+    await canary.promote(principal.name, _said(f"promoted by {principal.name}", reason))
     await session.commit()
     return canary.out()
 
@@ -159,9 +175,7 @@ async def abort(session: AsyncSession, principal: Principal, name: str, alias_na
                 reason: str | None) -> Canary:
     """No traffic to the canary version: the alias stays where it was (publisher)."""
     canary = await _acting(session, principal, name, alias_name)
-    said = _said(f"aborted by {principal.name}", reason)
-    finish(canary.row, promoted=False, reason=said)
-    canary.record("canary_abort", principal.name, said, None)
+    canary.abort(principal.name, _said(f"aborted by {principal.name}", reason))
     await session.commit()
     return canary.out()
 
@@ -192,13 +206,13 @@ async def history(session: AsyncSession, principal: Principal, name: str, alias_
 
 
 async def _acting(session: AsyncSession, principal: Principal, name: str,
-                  alias_name: str) -> _Running:
+                  alias_name: str) -> Running:
     principal.require(Role.PUBLISHER)
     return await _running(session, principal, name, alias_name, lock=True)
 
 
 async def _running(session: AsyncSession, principal: Principal, name: str, alias_name: str,
-                   *, lock: bool) -> _Running:
+                   *, lock: bool) -> Running:
     adapter = await get_visible_adapter(session, principal, name)
     query = select(Alias).where(Alias.adapter_id == adapter.id, Alias.name == alias_name)
     alias = await session.scalar(query.with_for_update() if lock else query)
@@ -207,10 +221,30 @@ async def _running(session: AsyncSession, principal: Principal, name: str, alias
         raise NotFound(f"no canary runs on alias {alias_name!r} of {adapter.name!r} (past "
                        "ones: its canaries list)", code="no_canary",
                        detail={"alias": alias_name})
+    return await _with_versions(session, adapter, alias, row)
+
+
+async def running_by_id(session: AsyncSession, canary_id: int) -> Running | None:
+    """The canary ``canary_id`` with its alias locked, read again under the lock; None
+    if it no longer runs (the analysis' way in)."""
+    alias_id = await session.scalar(select(CanaryRow.alias_id)
+                                     .where(CanaryRow.id == canary_id))
+    if alias_id is None:
+        return None
+    alias = await session.scalar(select(Alias).where(Alias.id == alias_id).with_for_update())
+    row = await session.get(CanaryRow, canary_id, populate_existing=True)
+    adapter = None if alias is None else await session.get(Adapter, alias.adapter_id)
+    if alias is None or row is None or adapter is None or row.state not in ACTIVE_STATES:
+        return None
+    return await _with_versions(session, adapter, alias, row)
+
+
+async def _with_versions(session: AsyncSession, adapter: Adapter, alias: Alias,
+                         row: CanaryRow) -> Running:
     stable = await version_by_id(session, row.stable_version_id)
     canary = await version_by_id(session, row.canary_version_id)
     assert stable is not None and canary is not None  # foreign keys
-    return _Running(session, adapter, alias, row, stable, canary)
+    return Running(session, adapter, alias, row, stable, canary)
 
 
 def _said(what: str, reason: str | None) -> str:

@@ -5,7 +5,7 @@ from registry_service.agents.models import AgentRow
 from registry_service.aliases.models import Alias, AliasMove
 from registry_service.auth.models import ApiToken
 from registry_service.blobs.models import BlobLease
-from registry_service.canaries.models import CanaryRow
+from registry_service.canaries.models import CanaryRow, CanaryTrafficRow
 from registry_service.db.base import Base
 from registry_service.events.models import EventRow
 from registry_service.routing.models import RouteRuleRow
@@ -21,6 +21,7 @@ __all__ = [
     "Base",
     "BlobLease",
     "CanaryRow",
+    "CanaryTrafficRow",
     "EventRow",
     "RouteRuleRow",
     "Tenant",

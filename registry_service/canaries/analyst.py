@@ -1,0 +1,97 @@
+"""The canary analyst: the registry's loop that judges each running canary's steps.
+
+Every ``interval_s`` it leases the progressing canaries to itself (``analyst``,
+``analyst_until``, as the outbox relay leases its rows): those no one holds, those
+whose lease ran out, and its own, renewed. Of those, each whose step is due is judged
+(``judge.py``), one transaction each. With several replicas one analyst holds a canary
+until it stops renewing; a restarted registry finds every canary as it was left and
+goes on (the step's window is in the database, not here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy import or_, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from registry_service.background import BackgroundTask
+from registry_service.canaries.judge import Judged, due, judge
+from registry_service.canaries.models import CanaryRow
+from registry_service.db.base import utcnow
+from registry_service.db.engine import Database
+from registry_service.errors import RegistryError
+from registry_service.events.relay import relay_identity
+
+log = logging.getLogger(__name__)
+
+
+class CanaryAnalyst(BackgroundTask):
+    task_name = "canary-analyst"
+
+    def __init__(self, db: Database, *, interval_s: float, lease_s: float,
+                 on_judged: Callable[[Judged], None] | None = None) -> None:
+        self._db = db
+        self.interval_s = interval_s
+        self.lease_s = lease_s
+        self.identity = relay_identity()
+        self._on_judged = on_judged
+        self.judged = 0
+
+    async def tick(self) -> list[Judged]:
+        """Lease what is free or ours, and judge each step that is due."""
+        out: list[Judged] = []
+        for canary_id in await self._lease():
+            async with self._db.session() as session:
+                outcome = await judge(session, canary_id, analyst=self.identity,
+                                      now=utcnow())
+            if outcome is not None:
+                log.info("canary %d: %s: %s", canary_id, outcome.next, outcome.reason)
+                out.append(outcome)
+                if self._on_judged is not None:
+                    self._on_judged(outcome)
+        self.judged += len(out)
+        return out
+
+    async def _lease(self) -> list[int]:
+        """The ids of the progressing canaries this analyst now holds whose step is due."""
+        now = utcnow()
+        async with self._db.session() as session:
+            rows = (await session.execute(
+                update(CanaryRow)
+                .where(CanaryRow.state == "progressing",
+                       or_(CanaryRow.analyst_until.is_(None), CanaryRow.analyst_until <= now,
+                           CanaryRow.analyst == self.identity))
+                .values(analyst=self.identity,
+                        analyst_until=now + timedelta(seconds=self.lease_s))
+                .returning(CanaryRow.id, CanaryRow.step_started_at, CanaryRow.step_seconds)
+                .execution_options(synchronize_session=False))).all()
+            await session.commit()
+        return sorted(row.id for row in rows if due(row.step_started_at, row.step_seconds, now))
+
+    async def release(self) -> None:
+        """Hand every lease back, so another replica goes on at once."""
+        async with self._db.session() as session:
+            await session.execute(
+                update(CanaryRow).where(CanaryRow.analyst == self.identity)
+                .values(analyst=None, analyst_until=None)
+                .execution_options(synchronize_session=False))
+            await session.commit()
+
+    async def stop(self) -> None:
+        await super().stop()
+        try:
+            await self.release()
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("canary analyst: leases not handed back (%s); they run out", exc)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except (RegistryError, SQLAlchemyError) as exc:
+                log.warning("canary analyst: %s; trying again later", exc)
+            await asyncio.sleep(self.interval_s)
