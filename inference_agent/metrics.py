@@ -19,12 +19,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics import MetricWrapperBase
 
 from inference_agent.errors import AgentError
+from loraplane.events import TRAFFIC_BUCKETS
 from loraplane.metric_labels import DEFAULT_MAX_ADAPTER_LABELS, AdapterLabels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STAGES = ("desired", "fetch", "validate", "load", "flip", "drain", "unload")
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                    60.0, 120.0, 300.0)
+# The canaries' traffic reports count in the same buckets (loraplane/events.py).
+_LATENCY_BUCKETS = TRAFFIC_BUCKETS
 _STAGE_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
                   300.0, 900.0)
 # 1 s is the design's load-time alert threshold: a bucket edge there keeps it exact.
@@ -64,17 +65,20 @@ class AgentMetrics:
 
     def _requests(self) -> None:
         r = self.registry
+        # ``track``: "stable" or "canary" for a request of an alias under canary (the
+        # side its split chose), "" for every other request (no label in Prometheus).
         self.requests = Counter("loraplane_agent_requests", "Proxied requests",
-                                ["adapter", "status"], registry=r)
+                                ["adapter", "status", "track"], registry=r)
         self.request_errors = Counter("loraplane_agent_request_errors",
                                       "Proxied requests that failed", ["adapter", "reason"],
                                       registry=r)
         self.request_latency = Histogram("loraplane_agent_request_seconds",
                                          "Proxied request latency (to the last byte)",
-                                         ["adapter"], buckets=_LATENCY_BUCKETS, registry=r)
+                                         ["adapter", "track"], buckets=_LATENCY_BUCKETS,
+                                         registry=r)
         self.first_token = Histogram("loraplane_agent_time_to_first_token_seconds",
                                      "Streamed requests: from arrival to the first body "
-                                     "chunk from vLLM", ["adapter"],
+                                     "chunk from vLLM", ["adapter", "track"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
         self.tokens = Counter("loraplane_agent_tokens", "Tokens vLLM reported in `usage`, "
                               "by kind (prompt or completion)", ["adapter", "kind"],

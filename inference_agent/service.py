@@ -57,6 +57,7 @@ from inference_agent.serving.leases import Leases
 from inference_agent.serving.model_server_metrics import ModelServerMetrics
 from inference_agent.serving.proxy import create_proxy_app
 from inference_agent.serving.routes import RouteTable
+from inference_agent.serving.traffic import TrafficTally
 from inference_agent.settings import AgentSettings
 from inference_agent.tasks import cancel_all, keep_running
 from loraplane.event_signing import EventKeys, InvalidKey
@@ -117,6 +118,7 @@ class Agent:
         shapes = _shapes(s)
         _prepare_dir(s.cache_dir)
         self.metrics = AgentMetrics(s.metrics_max_adapters)
+        self.tally = TrafficTally()  # what each side of a running canary served here
         self.loop_lag = LoopLagMonitor(lag_histogram(self.metrics.registry, LOOP_LAG_METRIC),
                                        interval_s=s.loop_lag_interval_s,
                                        warn_after_s=s.loop_lag_warn_s,
@@ -143,7 +145,7 @@ class Agent:
             on_evict=lambda _name: self._changed(), is_routed=self.routes.is_routed)
         self.swapper = Swapper(self.routes, self.cache, self.leases, self.materializer,
                                drain_timeout_s=s.drain_timeout_s, metrics=self.metrics,
-                               on_change=self._changed)
+                               on_change=self._changed, tally=self.tally)
         self.queue: WorkQueue[str] = WorkQueue(
             backoff=Backoff(s.retry_base_s, s.retry_max_s), name="reconcile")
         self.watchdir = (WatchDirSource(s.watch_dir, enqueue=self.queue.add,
@@ -179,7 +181,7 @@ class Agent:
             keys=self.keys, draining=lambda: self.draining, ready=self.ready.is_set,
             request_resync=lambda: self.queue.add(VLLM), model_server=model_server.render,
             max_body_bytes=s.max_body_bytes, tenant_slots=s.tenant_slots,
-            slot_wait_s=min(s.slot_wait_s, s.load_wait_timeout_s))
+            slot_wait_s=min(s.slot_wait_s, s.load_wait_timeout_s), tally=self.tally)
         self.url: str | None = None
         self.snapshot: DesiredState | None = None
         self._stop = asyncio.Event()
@@ -197,7 +199,9 @@ class Agent:
                               disk=self.materializer, owned=self.reconciler.placement,
                               settling=self.swapper.settling,
                               settle_max_s=self.settings.status_settle_max_s,
-                              debounce_s=self.settings.status_debounce_s)
+                              debounce_s=self.settings.status_debounce_s,
+                              tally=self.tally,
+                              canary_report_interval_s=self.settings.canary_report_interval_s)
 
     def _event_key(self, key: str) -> None:
         """A key the event stream asks for: credentials go to their refresher; a full

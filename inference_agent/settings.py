@@ -99,6 +99,10 @@ class AgentSettings(BaseSettings, NatsSettings):
     # out: the settle above holds the report through a move (a move's report skips
     # this), so this only gathers other changes that come together.
     status_debounce_s: float = Field(default=0.1, ge=0, le=60)
+    # While a canary runs here and its traffic counts moved, a status report goes out
+    # at least this often (instead of at the heartbeat only): the registry judges the
+    # canary from them. Nothing is posted when they did not move.
+    canary_report_interval_s: float = Field(default=5.0, gt=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     vllm_ready_timeout_s: float = Field(default=600.0, gt=0)
     # The oldest copy of vLLM's queue and KV-cache series a scrape of the agent is

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from loraplane.api.canaries import Canary, CanaryList, CanaryVerb, OnFailure
+from loraplane.api.canaries import Canary, CanaryCheck, CanaryList, CanaryVerb, OnFailure
 from loraplane_cli.context import CliState, pass_state
 from loraplane_cli.output import Output, short_time
 from loraplane_cli.versions import alias_option
@@ -37,11 +37,16 @@ def render_canary(out: Output, canary: Canary) -> None:
         ("started", short_time(canary.started_at)),
         ("updated", short_time(canary.updated_at)),
     ])
+    _checks(out, canary.checks, "checks, latest step judged", "no step judged yet")
+    if canary.live_checks is not None:
+        _checks(out, canary.live_checks, "checks, this step so far", "no check")
+
+
+def _checks(out: Output, checks: list[CanaryCheck], title: str, empty: str) -> None:
     rows = [(c.metric, c.stable, c.canary, c.threshold, c.stable_requests, c.canary_requests,
-             c.verdict) for c in canary.checks]
+             c.verdict) for c in checks]
     out.table(("check", "stable", "canary", "threshold", "stable n", "canary n", "verdict"),
-              rows, title="checks, latest step", empty="no step judged yet",
-              whole=("stable n", "canary n", "verdict"))
+              rows, title=title, empty=empty, whole=("stable n", "canary n", "verdict"))
 
 
 @click.group("canary", short_help="Roll a new version out on a share of an alias's traffic.")

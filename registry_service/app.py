@@ -93,7 +93,8 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         await fleet.start()
         stack.push_async_callback(fleet.stop)
         analyst = CanaryAnalyst(db, interval_s=settings.canary_interval_s,
-                                lease_s=settings.canary_lease_s)
+                                lease_s=settings.canary_lease_s,
+                                on_judged=lambda judged: metrics.count_judged(judged.outcome))
         await analyst.start()
         stack.push_async_callback(analyst.stop)
         reports = ReportWriter(db, stale_after_s=settings.agent_stale_after_s,

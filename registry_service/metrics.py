@@ -7,6 +7,7 @@ importing it; ``api/metrics.py`` times requests and ``api/health.py`` serves ``/
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,15 +38,32 @@ class AliasConvergence:
     failed: int
 
 
+@dataclass(frozen=True, slots=True)
+class CanaryGauges:
+    """A running canary as its gauges show it."""
+
+    adapter: str
+    alias: str
+    state: str
+    step: int
+    weight: int
+    paused_s: float
+    values: list[tuple[str, str, float]]  # (metric, side, value) of its last checks
+
+
 class RegistryMetrics:
     def __init__(self, max_adapters: int = DEFAULT_MAX_ADAPTER_LABELS) -> None:
         self.adapter = AdapterLabels(max_adapters)
         self.registry = CollectorRegistry()
+        # Held while gauges are replaced and while the metrics are written, both on
+        # worker threads: a scrape never sees gauges cleared and not yet set again.
+        self.lock = threading.Lock()
         self._http()
         self._uploads()
         self._outbox()
         self._fleet()
         self._blob_gc()
+        self._canaries()
 
     def _http(self) -> None:
         self.requests = Counter(
@@ -139,6 +157,57 @@ class RegistryMetrics:
             "loraplane_registry_blob_gc_pass_seconds",
             "How long one collector pass took, from the store's listing to its last delete",
             buckets=_PASS_BUCKETS, registry=self.registry)
+
+    def _canaries(self) -> None:
+        labels = ["adapter", "alias"]
+        r = self.registry
+        self.canary_state = Gauge(
+            "loraplane_registry_canary_state", "Running canaries: 1 for the state each is in "
+            "(progressing or paused)", [*labels, "state"], registry=r)
+        self.canary_step = Gauge("loraplane_registry_canary_step",
+                                 "A running canary's step (1-based)", labels, registry=r)
+        self.canary_weight = Gauge("loraplane_registry_canary_weight_percent",
+                                   "A running canary's share of its alias's traffic",
+                                   labels, registry=r)
+        self.canary_paused = Gauge(
+            "loraplane_registry_canary_paused_seconds",
+            "How long a running canary has been paused (0 while progressing)", labels,
+            registry=r)
+        self.canary_check = Gauge(
+            "loraplane_registry_canary_check_value",
+            "A running canary's last judged step: each check's value on each side "
+            "(stable, canary)", [*labels, "metric", "side"], registry=r)
+        self.canary_rolled_back = Gauge(
+            "loraplane_registry_canary_rolled_back_timestamp_seconds",
+            "When the analysis last rolled back a canary of the alias (Unix time; the last "
+            "day's)", labels, registry=r)
+        self.canary_judged = Counter(
+            "loraplane_registry_canary_steps_judged_total",
+            "Canary steps this process judged, by outcome: advance, promote, retry, "
+            "extend, rollback, pause", ["outcome"], registry=r)
+        for outcome in ("advance", "promote", "retry", "extend", "rollback", "pause"):
+            self.canary_judged.labels(outcome)
+
+    def count_judged(self, outcome: str) -> None:
+        """Count a step the canary analyst judged."""
+        self.canary_judged.labels(outcome).inc()
+
+    def set_canaries(self, running: Iterable[CanaryGauges],
+                     rolled_back: Iterable[tuple[str, str, datetime]]) -> None:
+        """Replace the canaries' gauges (the caller holds ``lock``)."""
+        for gauge in (self.canary_state, self.canary_step, self.canary_weight,
+                      self.canary_paused, self.canary_check, self.canary_rolled_back):
+            gauge.clear()
+        for c in running:
+            at = (self.adapter(c.adapter), c.alias)
+            self.canary_state.labels(*at, c.state).set(1)
+            self.canary_step.labels(*at).set(c.step)
+            self.canary_weight.labels(*at).set(c.weight)
+            self.canary_paused.labels(*at).set(c.paused_s)
+            for metric, side, value in c.values:
+                self.canary_check.labels(*at, metric, side).set(value)
+        for adapter, alias, when in rolled_back:
+            self.canary_rolled_back.labels(self.adapter(adapter), alias).set(when.timestamp())
 
     def set_outbox(self, pending: int, oldest: datetime | None) -> None:
         self.outbox_pending.set(pending)

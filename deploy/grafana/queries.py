@@ -110,6 +110,23 @@ OUTBOX = (
            (p95("loraplane_registry_relay_publish_seconds", "instance"), "{{instance}}")),
 )
 
+CANARIES = (
+    _panel("Canary weight", "Each running canary's share of its alias's traffic; the "
+           "paused ones, and how long (alert above an hour)", "short",
+           ("max by (adapter, alias) (loraplane_registry_canary_weight_percent)",
+            "{{adapter}}@{{alias}} %"),
+           ("max by (adapter, alias) (loraplane_registry_canary_paused_seconds) > 0",
+            "{{adapter}}@{{alias}} paused, s")),
+    _panel("Canary against stable", "Each check of a running canary's last judged step, "
+           "both versions on the same window", "short",
+           ("max by (adapter, alias, metric, side) (loraplane_registry_canary_check_value)",
+            "{{adapter}}@{{alias}} {{metric}} {{side}}")),
+    _panel("Canaries rolled back", "Seconds since the analysis rolled back a canary of "
+           "the alias (alert for an hour)", "s",
+           ("time() - max by (adapter, alias) "
+            "(loraplane_registry_canary_rolled_back_timestamp_seconds)", "{{adapter}}@{{alias}}")),
+)
+
 EVENT_LOOPS = (
     _panel("Event-loop lag p99", "How late each process's event loop ran a tick every "
            "0.1 s: what its requests wait behind work holding the loop (goal under 5 ms; "
@@ -120,8 +137,8 @@ EVENT_LOOPS = (
             "agent {{instance}}")),
 )
 
-ROWS = (("Adapters", ADAPTERS), ("Fleet", FLEET), ("Outbox and relay", OUTBOX),
-        ("Event loops", EVENT_LOOPS))
+ROWS = (("Adapters", ADAPTERS), ("Fleet", FLEET), ("Canaries", CANARIES),
+        ("Outbox and relay", OUTBOX), ("Event loops", EVENT_LOOPS))
 
 
 def every_expr() -> list[str]:

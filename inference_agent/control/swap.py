@@ -26,6 +26,7 @@ from inference_agent.node.cache import AdapterCache
 from inference_agent.node.materialize import Materializer
 from inference_agent.serving.leases import Leases
 from inference_agent.serving.routes import RouteTable
+from inference_agent.serving.traffic import TrafficTally
 from loraplane.events import CanaryRoute, RouteRule, VersionRef
 from loraplane.naming import versioned_name
 
@@ -37,7 +38,9 @@ class Swapper:
 
     def __init__(self, routes: RouteTable, cache: AdapterCache, leases: Leases,
                  materializer: Materializer, *, drain_timeout_s: float,
-                 metrics: AgentMetrics, on_change: Callable[[], None] | None = None) -> None:
+                 metrics: AgentMetrics, on_change: Callable[[], None] | None = None,
+                 tally: TrafficTally | None = None) -> None:
+        """``tally`` hears of the canary versions that fail to load (traffic.py)."""
         self._routes = routes
         self._cache = cache
         self._leases = leases
@@ -50,6 +53,7 @@ class Swapper:
         self._preparing: set[str] = set()
         # Canary versions that failed to load here, and how often (for the reports).
         self.canary_load_failures: dict[str, int] = {}
+        self._tally = tally
 
     def draining(self) -> set[str]:
         """Versioned names whose drain is still running."""
@@ -122,6 +126,8 @@ class Swapper:
             log.warning("canary %s failed to load here; its share goes to stable: %s",
                         name, exc.message)
             self.canary_load_failures[name] = self.canary_load_failures.get(name, 0) + 1
+            if self._tally is not None:
+                self._tally.load_failed(canary.id)
             return False
         return True
 

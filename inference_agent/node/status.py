@@ -14,6 +14,11 @@ is still under way or an idle drain is unloading (``settling``), for at most
 step; a change with neither under way waits out the debounce instead. A drain
 waiting for requests in flight does not hold it: that report says ``draining``, and
 the drain's end is reported when it comes.
+
+Every report carries what each side of the canaries running here served
+(serving/traffic.py). While a canary runs here, the reporter also looks every
+``canary_report_interval_s`` whether those counts moved, and posts if they did: the
+registry judges a canary from them sooner than the heartbeat would tell it.
 """
 
 from __future__ import annotations
@@ -25,17 +30,28 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from inference_agent.control.failures import VersionFailure
 from inference_agent.node.interned import served_version, tier_entry
 from inference_agent.serving.routes import RouteTable
-from loraplane.events import AgentStatus, ServedVersion, Tier, TierEntry, VersionRef
+from inference_agent.serving.traffic import TrafficReports, TrafficTally
+from loraplane.events import (
+    AgentStatus,
+    CanaryTraffic,
+    ServedVersion,
+    Tier,
+    TierEntry,
+    VersionRef,
+)
 
 log = logging.getLogger(__name__)
 
 Post = Callable[[AgentStatus], Awaitable[None]]
 MAX_ENTRIES = 5000
+# Why the reporter stopped waiting: the heartbeat (or a retry) is due, something the
+# report shows changed, or a canary's traffic counts moved.
+Woke = Literal["heartbeat", "changed", "traffic"]
 
 
 class Routed(Protocol):
@@ -116,7 +132,8 @@ def build_status(*, agent_id: str, base_model: str, routes: Routed,
                  loaded: Iterable[str], draining: Iterable[str],
                  pending: Mapping[tuple[str, str], int | None],
                  failures: Iterable[VersionFailure], now: datetime,
-                 tiers: Iterable[TierEntry] = ()) -> AgentStatus:
+                 tiers: Iterable[TierEntry] = (),
+                 traffic: Iterable[CanaryTraffic] = ()) -> AgentStatus:
     served: list[ServedVersion] = []
     for adapter in sorted(routes.adapters()):
         for alias, (_revision, ref) in sorted(routes.aliases(adapter).items()):
@@ -138,7 +155,7 @@ def build_status(*, agent_id: str, base_model: str, routes: Routed,
     served = _unique(served)
     return AgentStatus(agent_id=agent_id, base_model=base_model, time=now,
                        served=served[:MAX_ENTRIES], loaded=sorted(loaded)[:MAX_ENTRIES],
-                       failures=bad[:MAX_ENTRIES], tiers=list(tiers))
+                       failures=bad[:MAX_ENTRIES], tiers=list(tiers), traffic=list(traffic))
 
 
 def _unique(entries: list[ServedVersion]) -> list[ServedVersion]:
@@ -159,7 +176,8 @@ class StatusReporter:
                  post: Post, heartbeat_interval_s: float, debounce_s: float = 0.1,
                  retry_s: float = 5.0, disk: DiskTier | None = None,
                  owned: Owned | None = None, settling: Callable[[], bool] | None = None,
-                 settle_max_s: float = 5.0) -> None:
+                 settle_max_s: float = 5.0, tally: TrafficTally | None = None,
+                 canary_report_interval_s: float = 5.0) -> None:
         self.agent_id = agent_id
         self.base_model = base_model
         self._routes = routes
@@ -174,6 +192,8 @@ class StatusReporter:
         self.retry_s = retry_s
         self._settling = settling
         self.settle_max_s = settle_max_s
+        self._traffic = (TrafficReports(tally, routes, canary_report_interval_s)
+                         if tally is not None else None)
         self._dirty = asyncio.Event()
         self._last_sent: AgentStatus | None = None
         self._failing = False
@@ -207,6 +227,7 @@ class StatusReporter:
         owned = set(self._owned.owned()) if self._owned else set()
         over = set(self._owned.over_capacity()) if self._owned else set()
         routed, draining = RoutedCopy(self._routes), set(self._swapper.draining())
+        traffic = self._traffic.take() if self._traffic is not None else []
         leaving, now = self._leaving, datetime.now(UTC)
 
         def assemble() -> AgentStatus:
@@ -214,7 +235,8 @@ class StatusReporter:
                                  owned=owned, over_capacity=over)
             status = build_status(agent_id=self.agent_id, base_model=self.base_model,
                                   routes=routed, loaded=loaded, draining=draining,
-                                  pending=pending, failures=failures, now=now, tiers=tiers)
+                                  pending=pending, failures=failures, now=now, tiers=tiers,
+                                  traffic=traffic)
             return status.model_copy(update={"leaving": True}) if leaving else status
         return assemble
 
@@ -225,26 +247,43 @@ class StatusReporter:
         return await self.report(force=True)
 
     async def run(self) -> None:
-        """Post the first report at once, then on change and every heartbeat."""
+        """Post the first report at once, then on change and every heartbeat (and while
+        a canary runs here, when its counts moved: ``_wait``)."""
         force = True
         while True:
             ok = await self.report(force=force)
             wait_s = self.heartbeat_interval_s
             if not ok:
                 wait_s = min(self.retry_s, wait_s)
-            try:
-                async with asyncio.timeout(wait_s):
-                    await self._dirty.wait()
-            except TimeoutError:
+            woke = await self._wait(wait_s)
+            if woke == "heartbeat":
                 force = True  # a heartbeat (or a retry): post even if nothing changed
                 continue
             # Let a burst of changes (a swap touches several) settle into one post: while
             # a move or an idle drain is under way, by waiting for their notices; else
             # by the debounce timer (a wake-up fewer per push when a move comes first).
-            if not self._busy():
+            # Traffic alone comes as no burst: no debounce, but a move still holds it.
+            if woke == "changed" and not self._busy():
                 await asyncio.sleep(self.debounce_s)
             await self._settle()
             force = not ok
+
+    async def _wait(self, wait_s: float) -> Woke:
+        """Wait up to ``wait_s`` for a change; while a canary runs here, look every
+        ``canary_report_interval_s`` whether the traffic counts moved since the last
+        report, and end the wait if they did."""
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            poll_s = self._traffic.poll_s() if self._traffic is not None else None
+            try:
+                async with asyncio.timeout(left if poll_s is None else min(left, poll_s)):
+                    await self._dirty.wait()
+                return "changed"
+            except TimeoutError:
+                if (self._traffic is not None and self._traffic.news()
+                        and time.monotonic() < deadline):
+                    return "traffic"
+        return "heartbeat"
 
     def _busy(self) -> bool:
         """A move under way, or an idle drain unloading: the report would change soon."""
@@ -279,6 +318,7 @@ class StatusReporter:
         try:
             status, same = await asyncio.to_thread(_built, self._taken(), self._last_sent)
             if same and not force:
+                self._sent_traffic()
                 return True
             await self._post(status)
         except Exception as exc:
@@ -291,8 +331,13 @@ class StatusReporter:
             log.info("status reported again")
         self._failing = False
         self._last_sent = status
+        self._sent_traffic()
         self.posted += 1
         return True
+
+    def _sent_traffic(self) -> None:
+        if self._traffic is not None:
+            self._traffic.sent()
 
 
 def _built(assemble: Callable[[], AgentStatus],

@@ -1,4 +1,5 @@
-"""Per-request bookkeeping of the proxy: what serves a request, its lease, its metrics."""
+"""Per-request bookkeeping of the proxy: what serves a request, its lease, its metrics,
+and, for an alias under canary, its side's counts (traffic.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import orjson
 
 from inference_agent.metrics import AgentMetrics
 from inference_agent.serving.leases import Lease
-from inference_agent.serving.routes import Target
+from inference_agent.serving.routes import CanarySide, Target
+from inference_agent.serving.traffic import TrafficTally
 
 ADAPTER_HEADER = "X-Loraplane-Adapter"
 # Metric label of a request refused before it was resolved. Not a slug, so it cannot
@@ -29,11 +31,15 @@ def _json(raw: bytes) -> Any:
 
 @dataclass
 class ProxyCall:
-    """One proxied request: what serves it, its lease, and its metrics; closed once."""
+    """One proxied request: what serves it, its lease, and its metrics; closed once.
+    ``track`` is the metrics' label of its canary side ("" when not under a canary)."""
 
     metrics: AgentMetrics
+    tally: TrafficTally | None = None
     started: float = field(default_factory=time.perf_counter)
     label: str = UNRESOLVED_LABEL
+    side: CanarySide | None = None
+    track: str = ""
     served: str | None = None
     lease: Lease | None = None
     closed: bool = False
@@ -45,6 +51,8 @@ class ProxyCall:
         self.label = self.metrics.adapter(target.adapter or target.model_name)
         self.served = target.model_name
         self.lease = lease
+        self.side = target.canary
+        self.track = target.canary[1] if target.canary is not None else ""
 
     def headers(self) -> dict[str, str]:
         return {ADAPTER_HEADER: self.served} if self.served is not None else {}
@@ -54,8 +62,11 @@ class ProxyCall:
         (vLLM sends ``usage`` in a final event when asked with ``stream_options``)."""
         if not self.first_chunk_seen:
             self.first_chunk_seen = True
-            self.metrics.child(self.metrics.first_token, self.label).observe(
-                time.perf_counter() - self.started)
+            elapsed = time.perf_counter() - self.started
+            self.metrics.child(self.metrics.first_token, self.label, self.track).observe(
+                elapsed)
+            if self.side is not None and self.tally is not None:
+                self.tally.first_token(self.side, elapsed)
         lines = (self.partial_line + data).split(b"\n")
         self.partial_line = lines.pop()[-_MAX_PARTIAL:]
         for line in lines:
@@ -81,7 +92,9 @@ class ProxyCall:
             self.lease.release()
         elapsed = time.perf_counter() - self.started
         metrics = self.metrics
-        metrics.child(metrics.requests, self.label, str(status)).inc()
-        metrics.child(metrics.request_latency, self.label).observe(elapsed)
+        metrics.child(metrics.requests, self.label, str(status), self.track).inc()
+        metrics.child(metrics.request_latency, self.label, self.track).observe(elapsed)
         if reason is not None:
             metrics.child(metrics.request_errors, self.label, reason).inc()
+        if self.side is not None and self.tally is not None:
+            self.tally.record(self.side, status, elapsed)

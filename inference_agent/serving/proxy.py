@@ -55,6 +55,7 @@ from inference_agent.serving.openai_errors import (
 )
 from inference_agent.serving.routes import RouteTable, Target, UnresolvedVersion
 from inference_agent.serving.streams import Inflight, InflightMiddleware, UpstreamStream
+from inference_agent.serving.traffic import TrafficTally
 from inference_agent.serving.upstream import UPSTREAM_ERRORS, Upstream, upstream_error
 from inference_agent.serving.upstream_http import UpstreamResponse
 from inference_agent.serving.version_lookup import VersionLookup
@@ -86,12 +87,13 @@ class Proxy:
                  draining: Callable[[], bool], ready: Callable[[], bool],
                  request_resync: Callable[[], None],
                  model_server: Callable[[], Awaitable[bytes]] | None = None,
-                 tenant_slots: int | None = None, slot_wait_s: float | None = None
-                 ) -> None:
+                 tenant_slots: int | None = None, slot_wait_s: float | None = None,
+                 tally: TrafficTally | None = None) -> None:
         """``request_resync`` asks the control loop to compare the cache with vLLM;
         ``model_server`` renders the series a gateway reads (model_server_metrics.py);
         ``tenant_slots`` bounds the versions one tenant's requests hold at once, and
-        ``slot_wait_s`` a request's wait for a slot (None: no bound of their own)."""
+        ``slot_wait_s`` a request's wait for a slot (None: no bound of their own);
+        ``tally`` counts the requests of aliases under canary (traffic.py)."""
         self.routes = routes
         self.keys = keys
         self.cache = cache
@@ -106,6 +108,7 @@ class Proxy:
         self.model_server = model_server
         self.tenant_slots = tenant_slots
         self.slot_wait_s = slot_wait_s
+        self.tally = tally if tally is not None else TrafficTally()
 
     # generation
 
@@ -134,7 +137,7 @@ class Proxy:
 
     async def generate(self, headers: Mapping[str, str], raw: bytes, path: str) -> Response:
         """Serve a generation request (``raw`` its body) and return what to answer."""
-        call = ProxyCall(self.metrics)
+        call = ProxyCall(self.metrics, self.tally)
         try:
             return await self._serve(headers, raw, path, call)
         except BaseException:
@@ -329,14 +332,14 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                      request_timeout_s: float = 600.0,
                      model_server: Callable[[], Awaitable[bytes]] | None = None,
                      max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                     tenant_slots: int | None = None, slot_wait_s: float | None = None
-                     ) -> FrontDoor:
+                     tenant_slots: int | None = None, slot_wait_s: float | None = None,
+                     tally: TrafficTally | None = None) -> FrontDoor:
     """The front door app. ``app.state.inflight`` counts proxied requests for shutdown.
 
     ``upstream`` is the client to vLLM; without one the app makes its own (bounded by
     ``request_timeout_s`` between bytes) and closes it when its lifespan ends.
     ``max_body_bytes`` bounds a generation request's body; ``tenant_slots`` and
-    ``slot_wait_s`` as ``Proxy`` takes them.
+    ``slot_wait_s`` and ``tally`` as ``Proxy`` takes them.
     """
     owned = upstream is None
     client = upstream or Upstream(vllm_url, request_timeout_s=request_timeout_s,
@@ -347,7 +350,7 @@ def create_proxy_app(*, routes: RouteTable, cache: AdapterCache, leases: Leases,
                   draining=draining or _never,
                   ready=ready or _always, request_resync=request_resync or _nothing,
                   model_server=model_server, tenant_slots=tenant_slots,
-                  slot_wait_s=slot_wait_s)
+                  slot_wait_s=slot_wait_s, tally=tally)
     inflight = Inflight()
 
     @contextlib.asynccontextmanager

@@ -13,7 +13,8 @@ adapter whose tenant is not known yet is served to no one.
 An alias under canary resolves per request: its canary version for the keys the sticky
 split gives it (loraplane/canary_split.py: the customer, else the OpenAI ``user``), its
 own version for the rest, and its own version for every request while the canary
-version could not be loaded here.
+version could not be loaded here. Such a request's ``Target`` names the canary and the
+side it went to (``canary``), which the proxy counts for the registry (traffic.py).
 
 Only the swap (control/swap.py) writes the table; everything else reads it.
 """
@@ -25,22 +26,29 @@ from dataclasses import dataclass
 
 from inference_agent.errors import NotServable
 from loraplane.canary_split import takes_canary
-from loraplane.events import DEFAULT_ROUTE_KEY, CanaryRoute, RouteRule, VersionRef
+from loraplane.events import DEFAULT_ROUTE_KEY, CanaryRoute, CanaryTrack, RouteRule, VersionRef
 from loraplane.naming import DEFAULT_ALIAS, parse_model_ref, versioned_name
 
 CUSTOMER_HEADER = "X-Customer-Id"
 TASK_HEADER = "X-Task-Type"
 # A request's headers and OpenAI ``user``: the canary split's key, read only when needed.
 _Who = tuple[Mapping[str, str], str | None]
+# The running canary a request of an alias under canary was split by, and its side.
+CanarySide = tuple[int, CanaryTrack]
 
 
 @dataclass(frozen=True)
 class Target:
-    """Where a request goes: an adapter version, or the base model (``adapter`` None)."""
+    """Where a request goes: an adapter version, or the base model (``adapter`` None).
+
+    ``canary`` is set when an alias under canary decided it: the canary's id, and
+    ``"canary"`` if the split sent the request to the canary version, ``"stable"`` if it
+    kept it on the alias's own version (a canary not servable here included)."""
 
     adapter: str | None
     ref: VersionRef | None
     model_name: str
+    canary: CanarySide | None = None
 
     @property
     def is_base(self) -> bool:
@@ -123,6 +131,10 @@ class RouteTable:
     def canary(self, adapter: str, alias: str) -> CanaryRoute | None:
         held = self._canaries.get((adapter, alias))
         return held[0] if held is not None else None
+
+    def canary_ids(self) -> set[int]:
+        """The ids of the canaries running here (servable or not)."""
+        return {canary.id for canary, _servable in self._canaries.values()}
 
     def held(self, adapter: str) -> dict[str, tuple[int, VersionRef | None]]:
         """Every alias's last move, removals (``None``) included, with its revision."""
@@ -227,9 +239,9 @@ class RouteTable:
             return self._by_version(parsed.adapter, parsed.version)
         return self._by_alias(parsed.adapter, parsed.alias or DEFAULT_ALIAS, who)
 
-    def target_for(self, ref: VersionRef) -> Target:
+    def target_for(self, ref: VersionRef, canary: CanarySide | None = None) -> Target:
         return Target(adapter=ref.adapter, ref=ref,
-                      model_name=versioned_name(ref.adapter, ref.version))
+                      model_name=versioned_name(ref.adapter, ref.version), canary=canary)
 
     def base_target(self) -> Target:
         return Target(adapter=None, ref=None, model_name=self.base_model)
@@ -239,18 +251,18 @@ class RouteTable:
         if ref is None:
             raise NotServable(f"the adapter {adapter!r} has no alias {alias!r}",
                               detail={"adapter": adapter, "alias": alias})
-        return self.target_for(self._split(adapter, alias, ref, who))
+        return self._split(adapter, alias, ref, who)
 
-    def _split(self, adapter: str, alias: str, ref: VersionRef, who: _Who) -> VersionRef:
+    def _split(self, adapter: str, alias: str, ref: VersionRef, who: _Who) -> Target:
         held = self._canaries.get((adapter, alias))
         if held is None:  # the common case: no header read at all
-            return ref
+            return self.target_for(ref)
         canary, servable = held
         headers, user = who
         if not servable or not takes_canary(_header(headers, CUSTOMER_HEADER) or user,
                                             canary.id, canary.weight):
-            return ref
-        return canary.target
+            return self.target_for(ref, (canary.id, "stable"))
+        return self.target_for(canary.target, (canary.id, "canary"))
 
     def _by_version(self, adapter: str, version: int) -> Target | UnresolvedVersion:
         for _revision, ref in self.aliases(adapter).values():
@@ -285,4 +297,4 @@ class RouteTable:
                 "which is not served here",
                 detail={"kind": rule.kind, "key": rule.key, "adapter": rule.adapter,
                         "alias": rule.alias})
-        return self.target_for(self._split(rule.adapter, rule.alias, ref, who))
+        return self._split(rule.adapter, rule.alias, ref, who)

@@ -101,7 +101,11 @@ class Canary(BaseModel):
     step_seconds: int
     analysis: CanaryAnalysis
     on_failure: OnFailure
+    # The last judged step's checks (kept once the canary ends).
     checks: list[CanaryCheck]
+    # The current step's window so far, as the analysis would judge it now: given by
+    # ``GET …/canary`` for a running canary, None elsewhere.
+    live_checks: list[CanaryCheck] | None = None
     reason: str | None
     actor: str
     started_at: datetime

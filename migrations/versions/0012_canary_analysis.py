@@ -6,7 +6,8 @@ Create Date: 2026-12-07 22:00:00
 
 ``canary_traffic`` holds what each agent reported of each side of a canary (cumulative)
 and what it was when the step's window opened. ``canaries`` gains the analysis' failed
-and inconclusive step counts and the analyst's lease (``analyst``, ``analyst_until``).
+and inconclusive step counts, who ended it (``ended_by``) and the analyst's lease
+(``analyst``, ``analyst_until``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def upgrade() -> None:
                                    server_default="0"))
         batch.add_column(sa.Column("inconclusive", sa.Integer(), nullable=False,
                                    server_default="0"))
+        batch.add_column(sa.Column("ended_by", sa.String(length=255), nullable=True))
         batch.add_column(sa.Column("analyst", sa.String(length=255), nullable=True))
         batch.add_column(sa.Column("analyst_until", sa.DateTime(timezone=True),
                                    nullable=True))
@@ -56,5 +58,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("canary_traffic")
     with op.batch_alter_table("canaries") as batch:
-        for name in ("analyst_until", "analyst", "inconclusive", "failures"):
+        for name in ("analyst_until", "analyst", "ended_by", "inconclusive", "failures"):
             batch.drop_column(name)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -101,23 +100,18 @@ def fleet_convergence(reports: list[StoredReport], targets: list[_Target], now: 
             for t in targets]
 
 
-# Held while the fleet's gauges are replaced and while the metrics are written, both on
-# worker threads: a scrape never sees the gauges cleared and not yet set again.
-_GAUGES = threading.Lock()
-
-
 def _set_fleet(metrics: RegistryMetrics, reports: list[StoredReport], targets: list[_Target],
                now: datetime, stale_after_s: float) -> None:
     with gc_paused():
         aliases = fleet_convergence(reports, targets, now, stale_after_s)
     last_reports = {row.agent_id: as_utc(row.last_seen_at) for row in reports}
-    with _GAUGES:
+    with metrics.lock:
         metrics.set_fleet(aliases, last_reports)
 
 
 def render_metrics(metrics: RegistryMetrics) -> bytes:
     """The metrics' text (hundreds of KB with a thousand aliases): on a worker thread."""
-    with _GAUGES:
+    with metrics.lock:
         return metrics.render()
 
 

@@ -94,7 +94,7 @@ async def _end_canary(
     why = ("the adapter was deleted" if action == "adapter_deleted"
            else f"the alias was moved by hand ({action})")
     reason = f"aborted by {actor}: {why}"
-    finish(canary, promoted=False, reason=reason)
+    finish(canary, promoted=False, reason=reason, actor=actor)
     record_transition(session, adapter, alias, current, action="canary_abort", actor=actor,
                       reason=reason, canary=None)
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import text
 
 from registry_service.agents.convergence import render_metrics
+from registry_service.canaries.gauges import refresh_canary_metrics
 from registry_service.deps import CtxDep
 from registry_service.errors import RegistryError
 
@@ -77,5 +78,6 @@ async def metrics(ctx: CtxDep) -> Response:
     """The registry's metrics in Prometheus' text format, all prefixed `loraplane_registry_`
     (docs/metrics.md). No token: keep the port inside the cluster."""
     await ctx.fleet_gauges.refresh()
+    await refresh_canary_metrics(ctx.db, ctx.metrics)
     return Response(await asyncio.to_thread(render_metrics, ctx.metrics),
                     media_type=CONTENT_TYPE_LATEST)

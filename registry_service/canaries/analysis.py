@@ -4,7 +4,9 @@
 ``CanaryCheck`` per metric; ``assess`` folds them into the step's verdict (any failure
 fails it; otherwise anything inconclusive makes it inconclusive); ``decide`` counts
 failed and inconclusive steps against the analysis' limits and says what happens next.
-Too few requests never pass a check: inconclusive never promotes.
+Too few requests never pass a check: inconclusive never promotes. Time to the first
+token exists for streamed requests only: with enough requests and none streamed on
+either side, that check is left out rather than held inconclusive for ever.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def checks(stable: VersionWindow, canary: VersionWindow,
                                 ("ttft_p95", analysis.max_ttft_p95_ratio, "ttft")):
         value_s = quantile(0.95, getattr(stable, side))
         value_c = quantile(0.95, getattr(canary, side))
+        if side == "ttft" and value_s is None and value_c is None and compared:
+            continue  # no request streamed on either side: nothing to compare
         bound = None if value_s is None else value_s * ratio
         out.append(_check(metric, value_s, value_c, ratio if bound is None else bound, sides,
                           _at_most(value_c, bound, compared)))

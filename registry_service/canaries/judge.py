@@ -4,8 +4,9 @@ Under the alias's lock the canary is read again: only a progressing canary whose
 is due, and whose lease this analyst holds, is judged, so two analysts (or one that
 asks twice) judge a step once. The step's checks are kept on the canary; then, as
 ``decide`` says, the weight advances to the next step (an event for the agents), the
-alias moves to the canary version at the last, the step is watched again, or the canary
-stops: ``on_failure`` rolls it back (weight 0, the alias stays) or pauses it.
+alias moves to the canary version at the last, the step is watched again (a failed one
+on a fresh window, an inconclusive one on its window grown by another step), or the
+canary stops: ``on_failure`` rolls it back (weight 0, the alias stays) or pauses it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Judged:
     canary_id: int
     next: Next
     reason: str
+    # What happened: ``next``, but a stop is named by what it did (rollback or pause).
+    outcome: str
 
 
 def due(step_started_at: datetime, step_seconds: int, now: datetime) -> bool:
@@ -53,8 +56,10 @@ async def judge(session: AsyncSession, canary_id: int, *, analyst: str,
     row.checks = [check.model_dump() for check in step]
     row.failures, row.inconclusive = decision.failures, decision.inconclusive
     reason = await _apply(canary, decision, now)
+    outcome = decision.next if decision.next != "stop" else (
+        "rollback" if row.on_failure == "rollback" else "pause")
     await session.commit()
-    return Judged(canary_id, decision.next, reason)
+    return Judged(canary_id, decision.next, reason, outcome)
 
 
 async def _apply(canary: Running, decision: Decision, now: datetime) -> str:
@@ -78,7 +83,8 @@ async def _apply(canary: Running, decision: Decision, now: datetime) -> str:
         row.reason = f"{at} watched again ({count} of {bound} allowed): {decision.reason}"
         row.updated_at = now
     row.step_started_at = now
-    await rebase(canary.session, row.id)
+    if decision.next != "extend":  # too few requests: the window goes on growing
+        await rebase(canary.session, row.id)
     return row.reason
 
 

@@ -48,6 +48,8 @@ class CanaryRow(Base):
     # Failed steps so far, and inconclusive steps in a row (the analysis' limits).
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     inconclusive: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Who ended it (a user's name, or the analysis'), once it has ended.
+    ended_by: Mapped[str | None] = mapped_column(String(255), default=None)
     # The registry replica analysing it, until when (a lease, as the outbox relay's).
     analyst: Mapped[str | None] = mapped_column(String(255), default=None)
     analyst_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)

@@ -30,9 +30,10 @@ from registry_service.aliases.service import (
     record_transition,
 )
 from registry_service.auth.roles import Principal, Role
+from registry_service.canaries.analysis import checks
 from registry_service.canaries.models import CanaryRow
 from registry_service.canaries.state import active_canary, canary_route, finish
-from registry_service.canaries.traffic import rebase
+from registry_service.canaries.traffic import rebase, windows
 from registry_service.cursors import int_cursor
 from registry_service.db.base import utcnow
 from registry_service.errors import Conflict, InvalidInput, NotFound
@@ -67,13 +68,13 @@ class Running:
 
     async def promote(self, actor: str, reason: str) -> None:
         """All traffic to the canary version: the alias moves to it, one move."""
-        finish(self.row, promoted=True, reason=reason)
+        finish(self.row, promoted=True, reason=reason, actor=actor)
         await move_alias_locked(self.session, self.adapter, self.alias, self.canary,
                                 action="canary_promote", actor=actor, reason=reason)
 
     def abort(self, actor: str, reason: str) -> None:
         """No traffic to the canary version; the alias stays where it was."""
-        finish(self.row, promoted=False, reason=reason)
+        finish(self.row, promoted=False, reason=reason, actor=actor)
         self.record("canary_abort", actor, reason, None)
 
 
@@ -121,9 +122,13 @@ async def start(session: AsyncSession, principal: Principal, name: str, alias_na
 
 async def current(session: AsyncSession, principal: Principal, name: str,
                   alias_name: str) -> Canary:
-    """The alias's running canary (reader); 404 ``no_canary`` when none runs."""
+    """The alias's running canary (reader), with the checks of its step's window so
+    far; 404 ``no_canary`` when none runs."""
     principal.require(Role.READER)
-    return (await _running(session, principal, name, alias_name, lock=False)).out()
+    canary = await _running(session, principal, name, alias_name, lock=False)
+    sides = await windows(session, canary.row.id)
+    live = checks(sides["stable"], sides["canary"], CanaryAnalysis(**canary.row.analysis))
+    return canary.out().model_copy(update={"live_checks": live})
 
 
 async def pause(session: AsyncSession, principal: Principal, name: str, alias_name: str,

@@ -49,9 +49,10 @@ async def active_canary(session: AsyncSession, alias_id: int) -> CanaryRow | Non
                                 CanaryRow.state.in_(_ACTIVE)))
 
 
-def finish(row: CanaryRow, *, promoted: bool, reason: str | None) -> None:
+def finish(row: CanaryRow, *, promoted: bool, reason: str | None, actor: str) -> None:
     """End a running canary: all traffic to the canary version, or none. Never commits."""
     row.state = "promoted" if promoted else "aborted"
+    row.ended_by = actor
     row.weight = 100 if promoted else 0
     row.reason = reason
     row.updated_at = utcnow()

@@ -43,14 +43,16 @@ def test_adapter_labels_past_the_limit_fold_into_other() -> None:
 
 def test_a_kept_child_is_the_one_labels_gives_and_counts_in_the_exposition() -> None:
     metrics = AgentMetrics()
-    child = metrics.child(metrics.requests, "bot", "200")
-    assert child is metrics.child(metrics.requests, "bot", "200")
-    assert child is metrics.requests.labels(adapter="bot", status="200")
-    assert metrics.child(metrics.requests, "bot", "500") is not child
+    child = metrics.child(metrics.requests, "bot", "200", "")
+    assert child is metrics.child(metrics.requests, "bot", "200", "")
+    assert child is metrics.requests.labels(adapter="bot", status="200", track="")
+    assert metrics.child(metrics.requests, "bot", "500", "") is not child
+    assert metrics.child(metrics.requests, "bot", "200", "canary") is not child
     child.inc()
-    metrics.child(metrics.requests, "bot", "200").inc()
+    metrics.child(metrics.requests, "bot", "200", "").inc()
     metrics.count_tokens("bot", {"prompt_tokens": 4})
     metrics.count_tokens("bot", {"prompt_tokens": 6})
     sample = metrics.registry.get_sample_value
-    assert sample("loraplane_agent_requests_total", {"adapter": "bot", "status": "200"}) == 2
+    assert sample("loraplane_agent_requests_total",
+                  {"adapter": "bot", "status": "200", "track": ""}) == 2
     assert sample("loraplane_agent_tokens_total", {"adapter": "bot", "kind": "prompt"}) == 10

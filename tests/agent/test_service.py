@@ -25,7 +25,7 @@ from inference_agent.node.vllm_client import VllmClient
 from inference_agent.service import Agent
 from inference_agent.serving.routes import RouteTable
 from inference_agent.settings import AgentSettings
-from loraplane.events import AgentStatus, FileRef, VersionRef
+from loraplane.events import AgentStatus, CanaryRoute, FileRef, VersionRef
 from loraplane.netutil import free_port
 from tests.agent.loop_support import FakeSwapper, ServedRegistry, served_registry
 
@@ -422,3 +422,26 @@ async def _routed_within_tenants(reg: ServedRegistry, client: httpx.AsyncClient,
 
 async def _status(client: httpx.AsyncClient, secret: str, model: str, status: int) -> bool:
     return (await complete(client, model, secret))[0] == status
+
+
+async def test_one_traffic_tally_is_shared_by_the_proxy_the_swap_and_the_reports(
+        tmp_path: Path) -> None:
+    settings = AgentSettings(base_model=BASE, cache_dir=tmp_path / "cache",
+                             keys_file=keys_file(tmp_path), registry="http://127.0.0.1:9",
+                             token="lp_agent", canary_report_interval_s=2.5, port=0)
+    agent = Agent(settings)
+    try:
+        assert agent.app.app.state.proxy.tally is agent.tally
+        assert agent.swapper._tally is agent.tally
+        agent.tally.load_failed(4)  # as the swap tells it: the reports read it
+        agent.routes.set_owner("bot", "local")
+        agent.routes.set_alias("bot", "live", 1, ref("bot", 1))
+        agent.routes.set_canary("bot", "live", CanaryRoute(id=4, weight=5,
+                                                           target=ref("bot", 2)))
+        assert agent.status is not None
+        (side,) = agent.status.build().traffic
+        assert (side.canary_id, side.load_failures) == (4, 1)
+        assert agent.status._traffic is not None
+        assert agent.status._traffic.poll_s() == 2.5
+    finally:
+        await agent._close_clients()

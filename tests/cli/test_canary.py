@@ -32,6 +32,7 @@ def test_start_status_pause_resume_abort_and_list(served: ServedRegistry,
     status = served.run("canary", "status", "cli-canary").stdout
     assert f"{started['id']} on cli-canary@live" in status and "5% (step 1 of [5, 20])" in status
     assert "no step judged yet" in status
+    assert "checks, this step so far" in status and "inconclusive" in status
     paused = served.run("canary", "pause", "cli-canary", "--reason", "lunch").stdout
     assert paused.strip() == f"canary {started['id']} on cli-canary@live: paused, weight 5%"
     served.run("canary", "resume", "cli-canary")

@@ -40,7 +40,8 @@ def test_the_panels_the_design_asks_for() -> None:
     for wanted in ("Requests per adapter", "Latency p95 per adapter",
                    "Cache hit rate per adapter", "Load time p95 per adapter",
                    "Error ratio per adapter", "Agents serving each alias's version",
-                   "Outbox backlog", "Event-loop lag p99"):
+                   "Outbox backlog", "Event-loop lag p99", "Canary weight",
+                   "Canary against stable"):
         assert wanted in titles, wanted
     assert dashboard_exprs(board) == every_expr()
     # Every panel asks the data source chosen at import, never a fixed one.

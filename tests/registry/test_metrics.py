@@ -50,6 +50,14 @@ MOVED_BY = {
     "blob_gc_blobs_examined": "test_a_pass_counts_what_it_examined_and_deleted",
     "blob_gc_deleted": "test_a_pass_counts_what_it_examined_and_deleted",
     "blob_gc_pass_seconds": "test_a_pass_counts_what_it_examined_and_deleted",
+    # In canaries/test_canary_metrics.py:
+    "canary_state": "test_a_running_canary_shows_its_state_step_weight_and_checks",
+    "canary_step": "test_a_running_canary_shows_its_state_step_weight_and_checks",
+    "canary_weight_percent": "test_a_running_canary_shows_its_state_step_weight_and_checks",
+    "canary_paused_seconds": "test_a_running_canary_shows_its_state_step_weight_and_checks",
+    "canary_check_value": "test_a_running_canary_shows_its_state_step_weight_and_checks",
+    "canary_steps_judged": "test_a_running_canary_shows_its_state_step_weight_and_checks",
+    "canary_rolled_back_timestamp_seconds": "test_a_rollback_by_the_analysis_shows_when",
 }
 
 
@@ -75,9 +83,11 @@ def test_every_metric_has_a_test() -> None:
     assert declared == set(MOVED_BY)
     from tests.registry import test_metrics_fleet
     from tests.registry.blobs import test_gc_metrics
+    from tests.registry.canaries import test_canary_metrics
 
-    assert all(callable(globals().get(test) or getattr(test_metrics_fleet, test, None)
-                        or getattr(test_gc_metrics, test, None))
+    modules = (test_metrics_fleet, test_gc_metrics, test_canary_metrics)
+    assert all(callable(globals().get(test)
+                        or next((getattr(m, test) for m in modules if hasattr(m, test)), None))
                for test in MOVED_BY.values())
 
 

@@ -17,6 +17,7 @@ from inference_agent.node.cache import AdapterCache
 from inference_agent.node.materialize import Materializer
 from inference_agent.node.vllm_client import VllmClient
 from inference_agent.serving.routes import CUSTOMER_HEADER, RouteTable
+from inference_agent.serving.traffic import TrafficTally
 from loraplane.events import CanaryRoute, VersionRef
 from tests.agent.adapter_refs import (
     FakeVllm,
@@ -42,9 +43,10 @@ class Rig:
                                   capacity=4, metrics=self.metrics, load_wait_timeout_s=1,
                                   is_routed=self.routes.is_routed)
         self.changes = 0
+        self.tally = TrafficTally()
         self.swapper = Swapper(self.routes, self.cache, self.leases, self.materializer,
                                drain_timeout_s=drain_timeout_s, metrics=self.metrics,
-                               on_change=self._changed)
+                               on_change=self._changed, tally=self.tally)
 
     def _changed(self) -> None:
         self.changes += 1
@@ -225,6 +227,7 @@ async def test_a_canary_is_loaded_beside_stable_and_drained_when_it_ends(rig: Ri
     await rig.swapper.apply("bot", "live", 1, rig.ref(1), "hot")
     result = await rig.swapper.apply("bot", "live", 2, rig.ref(1), "hot", _canary(rig, 2, 50))
     assert result.flipped and not rig.swapper.canary_load_failures
+    assert rig.tally.snapshot({11}) == []  # no load failure to tell
     assert rig.cache.is_active("bot@1") and rig.cache.is_active("bot@2")  # both hot
     assert _split(rig) == {"bot@1", "bot@2"}
     # The weight moves: the same versions, nothing loaded again.
@@ -247,6 +250,11 @@ async def test_a_canary_that_fails_to_load_is_never_served(rig: Rig) -> None:
     assert result.flipped and rig.routes.alias("bot", "live")[0] == 2
     assert rig.swapper.canary_load_failures == {"bot@2": 1}
     assert _split(rig) == {"bot@1"}  # its share on stable, no request refused
+    # The canary's traffic report says so, though no request went to it.
+    assert rig.routes.canary_ids() == {11}
+    (side,) = rig.tally.snapshot(rig.routes.canary_ids())
+    assert (side.canary_id, side.track, side.load_failures, side.requests) == (
+        11, "canary", 1, 0)
     rig.vllm.refuse.clear()
     await rig.swapper.apply("bot", "live", 3, rig.ref(1), "hot", _canary(rig, 2, 90))
     assert "bot@2" in _split(rig)

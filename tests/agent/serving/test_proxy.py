@@ -382,9 +382,12 @@ async def test_metrics_count_requests_per_adapter(agent: ProxyAgent) -> None:
     response = await agent.client.get("/metrics")
     assert response.status_code == 200
     text = response.text
-    assert 'loraplane_agent_requests_total{adapter="support",status="200"} 1.0' in text
-    assert 'loraplane_agent_requests_total{adapter="_unresolved",status="404"} 1.0' in text
-    assert 'loraplane_agent_request_seconds_count{adapter="support"} 1.0' in text
+    # No canary runs: the track label is empty (Prometheus stores no label then).
+    assert ('loraplane_agent_requests_total{adapter="support",status="200",track=""} 1.0'
+            in text)
+    assert ('loraplane_agent_requests_total{adapter="_unresolved",status="404",track=""} '
+            '1.0') in text
+    assert 'loraplane_agent_request_seconds_count{adapter="support",track=""} 1.0' in text
     assert ('loraplane_agent_request_errors_total{adapter="_unresolved",'
             'reason="model_not_found"} 1.0') in text
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import pytest
 from starlette.datastructures import Headers
 
@@ -268,3 +270,59 @@ def test_dropping_the_adapter_drops_its_canary(table: RouteTable) -> None:
     assert name_of(table.resolve("bot@9", {}, TENANT)) == "bot@9"
     table.drop_adapter("bot")
     assert table.canary("bot", "live") is None and not table.is_routed("bot@9")
+
+
+def _side(result: Target | UnresolvedVersion) -> tuple[int, str] | None:
+    assert isinstance(result, Target)
+    return result.canary
+
+
+class _Unread(Mapping[str, str]):
+    """Headers that fail the test if read."""
+
+    def __getitem__(self, key: str) -> str:
+        raise AssertionError(f"header {key} read")
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("headers listed")
+
+    def __len__(self) -> int:
+        raise AssertionError("headers counted")
+
+
+def test_a_request_under_canary_carries_its_side(table: RouteTable) -> None:
+    # No canary: no side, and no header read to find that out.
+    assert _side(table.resolve("bot", _Unread(), TENANT)) is None
+    table.set_canary("bot", "live", _canary(25))
+    sides = {c: table.resolve("bot", {CUSTOMER_HEADER: c}, TENANT) for c in _customers(table)}
+    for customer, target in sides.items():
+        to_canary = takes_canary(customer, 7, 25)
+        assert target.model_name == ("bot@4" if to_canary else "bot@3")
+        assert _side(target) == (7, "canary" if to_canary else "stable")
+    # A rule to the alias splits alike; the OpenAI `user` too.
+    table.set_rules([rule("default", "default", "bot")])
+    first = next(iter(sides))
+    assert _side(table.resolve(None, {CUSTOMER_HEADER: first}, TENANT)) == _side(sides[first])
+    assert _side(table.resolve("bot", {}, TENANT, user=first)) == _side(sides[first])
+    # Explicit versions, other aliases and the base model are not under the canary.
+    assert _side(table.resolve("bot@4", {CUSTOMER_HEADER: first}, TENANT)) is None
+    assert _side(table.resolve("bot@3", {CUSTOMER_HEADER: first}, TENANT)) is None
+    assert _side(table.resolve("bot@canary", {CUSTOMER_HEADER: first}, TENANT)) is None
+    assert _side(table.resolve("sum", {CUSTOMER_HEADER: first}, TENANT)) is None
+    assert _side(table.resolve(BASE, {}, TENANT)) is None
+    assert table.canary_ids() == {7}
+
+
+def test_an_unservable_canary_sends_every_request_to_stable_as_stable(
+        table: RouteTable) -> None:
+    table.set_alias("bot", "canary", 2, None)
+    table.set_canary("bot", "live", _canary(100), servable=False)
+    targets = [table.resolve("bot", {CUSTOMER_HEADER: c}, TENANT) for c in _customers(table)]
+    assert {(t.model_name, _side(t)) for t in targets} == {("bot@3", (7, "stable"))}
+    # The canary still runs here: its id is reported (its load failure with it).
+    assert table.canary_ids() == {7}
+    # By version, the canary's version is found but counts for no side.
+    assert _side(table.resolve("bot@4", {}, TENANT)) is None
+    table.set_canary("bot", "live", None)
+    assert table.canary_ids() == set()
+    assert _side(table.resolve("bot", {CUSTOMER_HEADER: "c1"}, TENANT)) is None

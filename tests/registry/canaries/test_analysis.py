@@ -45,6 +45,20 @@ def test_a_healthy_canary_passes_every_check() -> None:
                   failures=0, inconclusive=0, analysis=DEFAULTS).next == "advance"
 
 
+def test_ttft_is_left_out_when_no_request_streamed() -> None:
+    verdicts = _verdicts(VersionWindow(400, 0, _latency(400, 0), ()),
+                         VersionWindow(120, 0, _latency(120, 0), ()))
+    assert "ttft_p95" not in verdicts and set(verdicts.values()) == {"pass"}
+    # With too few requests, it is kept, inconclusive, like every other.
+    few = _verdicts(VersionWindow(400, 0, _latency(400, 0), ()),
+                    VersionWindow(12, 0, _latency(12, 0), ()))
+    assert few["ttft_p95"] == "inconclusive"
+    # One side streamed, the other not: nothing to compare, inconclusive.
+    one = _verdicts(VersionWindow(400, 0, _latency(400, 0), _latency(400, 0)),
+                    VersionWindow(120, 0, _latency(120, 0), ()))
+    assert one["ttft_p95"] == "inconclusive"
+
+
 def test_errors_fail_absolute_and_relative() -> None:
     # 5 % errors against 0 %: over the increase allowed (1 %), at the absolute limit (5 %).
     verdicts = _verdicts(_window(400), _window(200, errors=10))

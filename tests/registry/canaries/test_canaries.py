@@ -37,7 +37,10 @@ async def test_a_canary_starts_pauses_resumes_and_aborts(registry: RegistryHarne
         "step_seconds": 30, "on_failure": "pause", "checks": [], "actor": "bootstrap-admin"}
     assert canary["analysis"]["min_requests"] == 50
     assert canary["reason"] == "started by bootstrap-admin: version 2 on 10% of 'live'"
-    assert await call(registry, "GET", CANARY) == (200, canary)
+    status, read = await call(registry, "GET", CANARY)
+    assert status == 200 and {**read, "live_checks": None} == canary
+    assert {c["metric"]: (c["stable_requests"], c["canary_requests"], c["verdict"])
+            for c in read["live_checks"]}["requests"] == (0, 0, "inconclusive")
     status, again = await start_canary(registry, version=3)
     assert status == 409 and again["error"]["code"] == "canary_exists"
 
