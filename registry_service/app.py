@@ -37,6 +37,7 @@ from registry_service.bootstrap import (
 )
 from registry_service.canaries.analyst import CanaryAnalyst
 from registry_service.canaries.routes import router as canaries_router
+from registry_service.canaries.webhooks import webhook_secret
 from registry_service.context import RegistryContext
 from registry_service.desired.routes import router as desired_router
 from registry_service.events.file_links import event_file_linker
@@ -94,6 +95,7 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         stack.push_async_callback(fleet.stop)
         analyst = CanaryAnalyst(db, interval_s=settings.canary_interval_s,
                                 lease_s=settings.canary_lease_s,
+                                secret=lambda: webhook_secret(settings),
                                 on_judged=lambda judged: metrics.count_judged(judged.outcome))
         await analyst.start()
         stack.push_async_callback(analyst.stop)

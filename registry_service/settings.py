@@ -23,6 +23,7 @@ from loraplane.nats_auth import NatsSettings
 DEFAULT_DATA_DIR = Path.home() / ".loraplane"
 ADMIN_TOKEN_FILE = "admin-token"
 SIGNING_KEY_FILE = "event-signing-key"
+WEBHOOK_SECRET_FILE = "canary-webhook-secret"
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 
 
@@ -123,6 +124,12 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # canary lasts canary_lease_s, after which another replica may take it over.
     canary_interval_s: float = Field(default=1.0, gt=0, le=60)
     canary_lease_s: float = Field(default=30.0, gt=0, le=3600)
+    # The hosts canary webhook gates may name (exact names, JSON list): the registry
+    # POSTs to them, so a publisher cannot aim it anywhere else. Empty: no webhooks.
+    canary_webhook_hosts: list[str] = Field(default_factory=list, max_length=100)
+    # The HMAC-SHA256 key webhook calls are signed with; replicas share it. Unset:
+    # <data_dir>/canary-webhook-secret, made at first use.
+    canary_webhook_secret: SecretStr | None = None
     # Unreferenced blobs are collected at start-up and then every blob_gc_interval_s;
     # one is only taken once the store wrote it blob_gc_grace_s ago.
     blob_gc_interval_s: float = Field(default=3600.0, gt=0)

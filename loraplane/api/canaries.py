@@ -26,6 +26,24 @@ WEEK_S = 7 * 24 * 3600
 Weight = Annotated[int, Field(ge=1, le=99)]
 
 
+GatePhase = Literal["pre", "step"]
+MAX_WEBHOOKS = 10
+
+
+class CanaryWebhook(BaseModel):
+    """A gate of the user's own: the registry POSTs the canary (JSON, HMAC-signed) to
+    ``url``; an answer 2xx within ``timeout_s`` passes, anything else fails the check.
+    ``pre`` gates run once before the canary takes any traffic, ``step`` gates at every
+    step's judgement."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+    url: Annotated[str, Field(max_length=2000, pattern=r"^https?://[^\s]+$")]
+    phase: GatePhase = "step"
+    timeout_s: float = Field(default=10.0, ge=0.1, le=60)
+
+
 class CanaryAnalysis(BaseModel):
     """What a step must show, canary against stable on the same window.
 
@@ -43,6 +61,14 @@ class CanaryAnalysis(BaseModel):
     max_load_failures: int = Field(default=0, ge=0, le=10_000)
     failure_limit: int = Field(default=0, ge=0, le=100)
     inconclusive_limit: int = Field(default=3, ge=0, le=100)
+    webhooks: list[CanaryWebhook] = Field(default_factory=list, max_length=MAX_WEBHOOKS)
+
+    @field_validator("webhooks")
+    @classmethod
+    def _unique(cls, hooks: list[CanaryWebhook]) -> list[CanaryWebhook]:
+        if len({hook.name for hook in hooks}) != len(hooks):
+            raise ValueError("webhook names must be unique")
+        return hooks
 
 
 class CanaryStart(BaseModel):
@@ -84,6 +110,8 @@ class CanaryCheck(BaseModel):
     stable_requests: int
     canary_requests: int
     verdict: Verdict
+    # In words, where the values do not say it all (a webhook's answer).
+    detail: str | None = None
 
 
 class Canary(BaseModel):
@@ -94,7 +122,8 @@ class Canary(BaseModel):
     canary_version: int
     state: CanaryState
     # 1-based index into ``steps`` of the weight being watched; ``weight`` is that
-    # percentage while the canary runs, 100 once promoted and 0 once aborted.
+    # percentage while the canary runs, 100 once promoted and 0 once aborted. Step 0
+    # (weight 0): the ``pre`` webhook gates run, before any traffic.
     step: int
     weight: int
     steps: list[int]

@@ -145,6 +145,8 @@ def decide(step: Sequence[CanaryCheck], *, last_step: bool, failures: int,
 
 def describe(check: CanaryCheck) -> str:
     """A failed check in words an operator acts on."""
+    if check.detail is not None:
+        return check.detail
     return (f"{check.metric} {_num(check.canary)} on the canary ({check.canary_requests} "
             f"requests) against {_num(check.stable)} on stable ({check.stable_requests}); "
             f"the limit is {_num(check.threshold)}")

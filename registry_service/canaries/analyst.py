@@ -5,7 +5,8 @@ Every ``interval_s`` it leases the progressing canaries to itself (``analyst``,
 whose lease ran out, and its own, renewed. Of those, each whose step is due is judged
 (``judge.py``), one transaction each. With several replicas one analyst holds a canary
 until it stops renewing; a restarted registry finds every canary as it was left and
-goes on (the step's window is in the database, not here).
+goes on (the step's window is in the database, not here). Webhook gates are called
+from here, with no transaction open (webhooks.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from datetime import timedelta
 from sqlalchemy import or_, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from loraplane.api.canaries import CanaryCheck, GatePhase
 from registry_service.background import BackgroundTask
-from registry_service.canaries.judge import Judged, due, judge
+from registry_service.canaries.judge import Judged, due, judge, seen
 from registry_service.canaries.models import CanaryRow
+from registry_service.canaries.webhooks import run_gates, webhook_client
 from registry_service.db.base import utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import RegistryError
@@ -33,8 +36,14 @@ class CanaryAnalyst(BackgroundTask):
     task_name = "canary-analyst"
 
     def __init__(self, db: Database, *, interval_s: float, lease_s: float,
+                 secret: Callable[[], bytes] = lambda: b"",
                  on_judged: Callable[[Judged], None] | None = None) -> None:
+        """``secret`` gives the key webhook gates are signed with (asked at each call:
+        the file behind it is only made when a canary has gates)."""
         self._db = db
+        self._secret = secret
+        self._secret_value: bytes | None = None
+        self._http = webhook_client()
         self.interval_s = interval_s
         self.lease_s = lease_s
         self.identity = relay_identity()
@@ -45,9 +54,7 @@ class CanaryAnalyst(BackgroundTask):
         """Lease what is free or ours, and judge each step that is due."""
         out: list[Judged] = []
         for canary_id in await self._lease():
-            async with self._db.session() as session:
-                outcome = await judge(session, canary_id, analyst=self.identity,
-                                      now=utcnow())
+            outcome = await self._judge(canary_id)
             if outcome is not None:
                 log.info("canary %d: %s: %s", canary_id, outcome.next, outcome.reason)
                 out.append(outcome)
@@ -55,6 +62,24 @@ class CanaryAnalyst(BackgroundTask):
                     self._on_judged(outcome)
         self.judged += len(out)
         return out
+
+    async def _judge(self, canary_id: int) -> Judged | None:
+        """Read the canary, call its gates with no transaction open, then judge."""
+        async with self._db.session() as session:
+            was = await seen(session, canary_id)
+        if was is None:
+            return None
+        gates: list[CanaryCheck] = []
+        if was.canary.analysis.webhooks:
+            phase: GatePhase = "pre" if was.canary.step == 0 else "step"
+            gates = await run_gates(self._http, was.canary, phase, self._key())
+        async with self._db.session() as session:
+            return await judge(session, was, gates, analyst=self.identity, now=utcnow())
+
+    def _key(self) -> bytes:
+        if self._secret_value is None:
+            self._secret_value = self._secret()
+        return self._secret_value
 
     async def _lease(self) -> list[int]:
         """The ids of the progressing canaries this analyst now holds whose step is due."""
@@ -67,10 +92,12 @@ class CanaryAnalyst(BackgroundTask):
                            CanaryRow.analyst == self.identity))
                 .values(analyst=self.identity,
                         analyst_until=now + timedelta(seconds=self.lease_s))
-                .returning(CanaryRow.id, CanaryRow.step_started_at, CanaryRow.step_seconds)
+                .returning(CanaryRow.id, CanaryRow.step, CanaryRow.step_started_at,
+                           CanaryRow.step_seconds)
                 .execution_options(synchronize_session=False))).all()
             await session.commit()
-        return sorted(row.id for row in rows if due(row.step_started_at, row.step_seconds, now))
+        return sorted(row.id for row in rows
+                      if due(row.step, row.step_started_at, row.step_seconds, now))
 
     async def release(self) -> None:
         """Hand every lease back, so another replica goes on at once."""
@@ -83,6 +110,7 @@ class CanaryAnalyst(BackgroundTask):
 
     async def stop(self) -> None:
         await super().stop()
+        await self._http.aclose()
         try:
             await self.release()
         except (SQLAlchemyError, OSError) as exc:

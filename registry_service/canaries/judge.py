@@ -1,23 +1,28 @@
 """One step of a running canary judged: the analysis' use case, one transaction.
 
-Under the alias's lock the canary is read again: only a progressing canary whose step
-is due, and whose lease this analyst holds, is judged, so two analysts (or one that
-asks twice) judge a step once. The step's checks are kept on the canary; then, as
-``decide`` says, the weight advances to the next step (an event for the agents), the
-alias moves to the canary version at the last, the step is watched again (a failed one
-on a fresh window, an inconclusive one on its window grown by another step), or the
-canary stops: ``on_failure`` rolls it back (weight 0, the alias stays) or pauses it.
+The analyst first reads the canary as it stands (``Seen``) and calls its webhook gates
+with no transaction open (they may take seconds). Then, under the alias's lock, the
+canary is read again: only a progressing canary still at the step that was seen, due,
+and leased to this analyst is judged, so two analysts (or one that asks twice) judge a
+step once. The step's checks (its window's, and the gates') are kept on the canary;
+then, as ``decide`` says, the weight advances to the next step (an event for the
+agents), the alias moves to the canary version at the last, the step is watched again
+(a failed one on a fresh window, an inconclusive one on its window grown by another
+step), or the canary stops: ``on_failure`` rolls it back (weight 0, the alias stays) or
+pauses it. Step 0 is the ``pre`` gates alone, before any traffic.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from loraplane.api.canaries import CanaryAnalysis
+from loraplane.api.canaries import Canary, CanaryAnalysis, CanaryCheck
 from registry_service.canaries.analysis import Decision, Next, checks, decide
+from registry_service.canaries.models import CanaryRow
 from registry_service.canaries.service import Running, running_by_id
 from registry_service.canaries.traffic import rebase, windows
 from registry_service.db.base import as_utc
@@ -35,22 +40,48 @@ class Judged:
     outcome: str
 
 
-def due(step_started_at: datetime, step_seconds: int, now: datetime) -> bool:
-    return as_utc(step_started_at) + timedelta(seconds=step_seconds) <= now
+@dataclass(frozen=True)
+class Seen:
+    """A canary as the analyst read it before calling its gates."""
+
+    canary: Canary
+    step_started_at: datetime
 
 
-async def judge(session: AsyncSession, canary_id: int, *, analyst: str,
-                now: datetime) -> Judged | None:
-    """Judge the canary's step if it is due and ``analyst`` holds its lease; commits."""
-    canary = await running_by_id(session, canary_id)
+def due(step: int, step_started_at: datetime, step_seconds: int, now: datetime) -> bool:
+    """Step 0 (the gates before any traffic) at once; a step once its time is up."""
+    return step == 0 or as_utc(step_started_at) + timedelta(seconds=step_seconds) <= now
+
+
+async def seen(session: AsyncSession, canary_id: int) -> Seen | None:
+    """The running canary, read without a lock (the gates are called after)."""
+    canary = await running_by_id(session, canary_id, lock=False)
+    was = None if canary is None else Seen(canary.out(), canary.row.step_started_at)
+    await session.rollback()
+    return was
+
+
+def _current(row: CanaryRow | None, was: Seen, analyst: str, now: datetime) -> bool:
+    return (row is not None and row.state == "progressing" and row.analyst == analyst
+            and row.step == was.canary.step
+            and as_utc(row.step_started_at) == as_utc(was.step_started_at)
+            and due(row.step, row.step_started_at, row.step_seconds, now))
+
+
+async def judge(session: AsyncSession, was: Seen, gates: Sequence[CanaryCheck], *,
+                analyst: str, now: datetime) -> Judged | None:
+    """Judge the step ``was`` saw, with its gates' checks, if it is still current, due
+    and leased to ``analyst``; commits."""
+    canary = await running_by_id(session, was.canary.id)
     row = canary.row if canary is not None else None
-    if (canary is None or row is None or row.state != "progressing" or row.analyst != analyst
-            or not due(row.step_started_at, row.step_seconds, now)):
+    if canary is None or row is None or not _current(row, was, analyst, now):
         await session.rollback()
         return None
     analysis = CanaryAnalysis(**row.analysis)
-    sides = await windows(session, row.id)
-    step = checks(sides["stable"], sides["canary"], analysis)
+    step = list(gates)
+    if row.step > 0:
+        sides = await windows(session, row.id)
+        step = checks(sides["stable"], sides["canary"], analysis) + step
     decision = decide(step, last_step=row.step >= len(row.steps), failures=row.failures,
                       inconclusive=row.inconclusive, analysis=analysis)
     row.checks = [check.model_dump() for check in step]
@@ -59,12 +90,18 @@ async def judge(session: AsyncSession, canary_id: int, *, analyst: str,
     outcome = decision.next if decision.next != "stop" else (
         "rollback" if row.on_failure == "rollback" else "pause")
     await session.commit()
-    return Judged(canary_id, decision.next, reason, outcome)
+    return Judged(row.id, decision.next, reason, outcome)
+
+
+def _where(row: CanaryRow) -> str:
+    if row.step == 0:
+        return "the gates before the first step"
+    return f"step {row.step} of {len(row.steps)} ({row.weight}%)"
 
 
 async def _apply(canary: Running, decision: Decision, now: datetime) -> str:
     row = canary.row
-    at = f"step {row.step} of {len(row.steps)} ({row.weight}%)"
+    at = _where(row)
     if decision.next == "promote":
         reason = f"promoted by the analysis: every step passed, the last at {row.weight}%"
         await canary.promote(ANALYST_ACTOR, reason)

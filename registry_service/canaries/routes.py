@@ -10,17 +10,20 @@ from fastapi import APIRouter, Query
 
 from registry_service.canaries import service
 from registry_service.canaries.schemas import Canary, CanaryAction, CanaryList, CanaryStart
-from registry_service.deps import PrincipalDep, SessionDep
+from registry_service.deps import CtxDep, PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/adapters/{name}/aliases/{alias}", tags=["canaries"])
 
 
 @router.post("/canary", status_code=201, summary="Start a canary")
 async def start_canary(name: str, alias: str, body: CanaryStart, session: SessionDep,
-                       principal: PrincipalDep) -> Canary:
-    """Put `version` on `steps[0]` percent of the alias's traffic (publisher). 409
-    `canary_exists` if one runs; 422 `canary_is_stable` for the version it serves."""
-    return await service.start(session, principal, name, alias, body)
+                       principal: PrincipalDep, ctx: CtxDep) -> Canary:
+    """Put `version` on `steps[0]` percent of the alias's traffic (publisher), after its
+    `pre` webhook gates pass if it has any. 409 `canary_exists` if one runs; 422
+    `canary_is_stable` for the version it serves, `webhook_host_not_allowed` for a gate
+    whose host the registry may not call."""
+    return await service.start(session, principal, name, alias, body,
+                               webhook_hosts=ctx.settings.canary_webhook_hosts)
 
 
 @router.get("/canary", summary="The running canary")

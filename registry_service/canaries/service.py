@@ -34,6 +34,7 @@ from registry_service.canaries.analysis import checks
 from registry_service.canaries.models import CanaryRow
 from registry_service.canaries.state import active_canary, canary_route, finish
 from registry_service.canaries.traffic import rebase, windows
+from registry_service.canaries.webhooks import check_hosts
 from registry_service.cursors import int_cursor
 from registry_service.db.base import utcnow
 from registry_service.errors import Conflict, InvalidInput, NotFound
@@ -90,9 +91,11 @@ def _out(adapter: Adapter, alias: str, row: CanaryRow, stable: int, canary: int)
 
 
 async def start(session: AsyncSession, principal: Principal, name: str, alias_name: str,
-                body: CanaryStart) -> Canary:
-    """Put ``body.version`` on the alias at its first step's weight (publisher)."""
+                body: CanaryStart, *, webhook_hosts: list[str]) -> Canary:
+    """Put ``body.version`` on the alias at its first step's weight (publisher); with
+    ``pre`` webhook gates, at step 0 (no traffic) until they pass."""
     principal.require(Role.PUBLISHER)
+    check_hosts(body.analysis.webhooks, webhook_hosts)
     adapter = await get_visible_adapter(session, principal, name)
     alias = await existing_alias(session, adapter, alias_name)
     stable = await version_by_id(session, alias.version_id)
@@ -105,16 +108,18 @@ async def start(session: AsyncSession, principal: Principal, name: str, alias_na
     if running is not None:
         raise Conflict(f"alias {alias_name!r} already runs canary {running.id}",
                        code="canary_exists", detail={"alias": alias_name, "canary": running.id})
+    gated = any(hook.phase == "pre" for hook in body.analysis.webhooks)
     row = CanaryRow(alias_id=alias.id, stable_version_id=stable.id,
-                    canary_version_id=version.id, state="progressing", step=1,
-                    weight=body.steps[0], steps=list(body.steps),
+                    canary_version_id=version.id, state="progressing", step=0 if gated else 1,
+                    weight=0 if gated else body.steps[0], steps=list(body.steps),
                     step_seconds=body.step_seconds, analysis=body.analysis.model_dump(),
                     on_failure=body.on_failure, checks=[], actor=principal.name)
     session.add(row)
     await session.flush()
     canary = Running(session, adapter, alias, row, stable, version)
     row.reason = (f"started by {principal.name}: version {version.number} on "
-                  f"{row.weight}% of {alias_name!r}")
+                  + (f"{row.weight}% of {alias_name!r}" if not gated else
+                     f"{alias_name!r} once its gates before the first step pass"))
     canary.record("canary_start", principal.name, row.reason, canary.route())
     await session.commit()
     return canary.out()
@@ -229,14 +234,16 @@ async def _running(session: AsyncSession, principal: Principal, name: str, alias
     return await _with_versions(session, adapter, alias, row)
 
 
-async def running_by_id(session: AsyncSession, canary_id: int) -> Running | None:
-    """The canary ``canary_id`` with its alias locked, read again under the lock; None
-    if it no longer runs (the analysis' way in)."""
+async def running_by_id(session: AsyncSession, canary_id: int, *,
+                        lock: bool = True) -> Running | None:
+    """The canary ``canary_id``, with its alias locked and read again under the lock
+    unless ``lock`` is False; None if it no longer runs (the analysis' way in)."""
     alias_id = await session.scalar(select(CanaryRow.alias_id)
                                      .where(CanaryRow.id == canary_id))
     if alias_id is None:
         return None
-    alias = await session.scalar(select(Alias).where(Alias.id == alias_id).with_for_update())
+    query = select(Alias).where(Alias.id == alias_id)
+    alias = await session.scalar(query.with_for_update() if lock else query)
     row = await session.get(CanaryRow, canary_id, populate_existing=True)
     adapter = None if alias is None else await session.get(Adapter, alias.adapter_id)
     if alias is None or row is None or adapter is None or row.state not in ACTIVE_STATES:

@@ -51,7 +51,7 @@ def canaries(url: str, token: str) -> None:
                                         analysis=CanaryAnalysis(min_requests=3),
                                         on_failure="pause")
         assert (started.weight, started.steps, started.analysis.min_requests) == (10, [10, 40], 3)
-        assert registry.get_canary("bot") == started
+        assert registry.get_canary("bot").model_copy(update={"live_checks": None}) == started
         assert registry.pause_canary("bot", reason="why").reason == "paused by bootstrap-admin: why"
         assert registry.resume_canary("bot").state == "progressing"
         with pytest.raises(Conflict) as running:

@@ -18,7 +18,8 @@ PLACEHOLDER = '"your-org/your-base-model"'
 
 
 def snippet() -> str:
-    found = [b.code for b in blocks(ROOT / "README.md") if b.lang == "python"]
+    found = [b.code for b in blocks(ROOT / "README.md")
+             if b.lang == "python" and "peft" in b.code]
     assert len(found) == 1 and PLACEHOLDER in found[0], "the README's PEFT snippet changed"
     return found[0]
 
