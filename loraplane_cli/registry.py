@@ -120,6 +120,9 @@ def _name_paths(values: tuple[str, ...]) -> dict[str, str] | None:
     help="The HF config.json (or its folder) of base model NAME; uploads for it are then "
     "judged by tensor shapes. Repeatable.",
 )
+@click.option("--prometheus-url", default=None,
+              help="A Prometheus scraping the agents: canary analyses read their metrics "
+              "there. [default: the agents' reports]")
 @nats_options
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None, help="[default: info]")
 @pass_state

@@ -96,6 +96,7 @@ async def _run(app: FastAPI, settings: RegistrySettings) -> AsyncIterator[None]:
         analyst = CanaryAnalyst(db, interval_s=settings.canary_interval_s,
                                 lease_s=settings.canary_lease_s,
                                 secret=lambda: webhook_secret(settings),
+                                prometheus_url=settings.prometheus_url,
                                 on_judged=lambda judged: metrics.count_judged(judged.outcome))
         await analyst.start()
         stack.push_async_callback(analyst.stop)

@@ -124,6 +124,10 @@ class RegistrySettings(BaseSettings, NatsSettings):
     # canary lasts canary_lease_s, after which another replica may take it over.
     canary_interval_s: float = Field(default=1.0, gt=0, le=60)
     canary_lease_s: float = Field(default=30.0, gt=0, le=3600)
+    # A Prometheus that scrapes the agents: canary analyses whose source is "auto" or
+    # "prometheus" read their metrics there (PromQL) instead of the agents' reports.
+    prometheus_url: str | None = Field(default=None, max_length=2000,
+                                       pattern=r"^https?://[^\s]+$")
     # The hosts canary webhook gates may name (exact names, JSON list): the registry
     # POSTs to them, so a publisher cannot aim it anywhere else. Empty: no webhooks.
     canary_webhook_hosts: list[str] = Field(default_factory=list, max_length=100)

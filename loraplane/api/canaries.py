@@ -44,6 +44,23 @@ class CanaryWebhook(BaseModel):
     timeout_s: float = Field(default=10.0, ge=0.1, le=60)
 
 
+MetricSource = Literal["auto", "builtin", "prometheus"]
+MAX_QUERIES = 10
+
+
+class CanaryQuery(BaseModel):
+    """A check of the user's own, in PromQL: its value on the canary must be at most
+    ``max``. ``{{adapter}}``, ``{{alias}}``, ``{{stable_version}}``,
+    ``{{canary_version}}`` and ``{{window}}`` (the step's window, e.g. ``60s``) are
+    filled in. No value counts as a failed check (as in Flagger)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")]
+    query: Annotated[str, Field(min_length=1, max_length=4000)]
+    max: float
+
+
 class CanaryAnalysis(BaseModel):
     """What a step must show, canary against stable on the same window.
 
@@ -62,6 +79,10 @@ class CanaryAnalysis(BaseModel):
     failure_limit: int = Field(default=0, ge=0, le=100)
     inconclusive_limit: int = Field(default=3, ge=0, le=100)
     webhooks: list[CanaryWebhook] = Field(default_factory=list, max_length=MAX_WEBHOOKS)
+    # Where the metrics come from: the agents' reports (builtin), the Prometheus the
+    # registry was given (--prometheus-url), or that one when given (auto).
+    source: MetricSource = "auto"
+    queries: list[CanaryQuery] = Field(default_factory=list, max_length=MAX_QUERIES)
 
     @field_validator("webhooks")
     @classmethod
@@ -69,6 +90,13 @@ class CanaryAnalysis(BaseModel):
         if len({hook.name for hook in hooks}) != len(hooks):
             raise ValueError("webhook names must be unique")
         return hooks
+
+    @field_validator("queries")
+    @classmethod
+    def _unique_queries(cls, queries: list[CanaryQuery]) -> list[CanaryQuery]:
+        if len({query.name for query in queries}) != len(queries):
+            raise ValueError("query names must be unique")
+        return queries
 
 
 class CanaryStart(BaseModel):

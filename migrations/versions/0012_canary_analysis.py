@@ -6,8 +6,8 @@ Create Date: 2026-12-07 22:00:00
 
 ``canary_traffic`` holds what each agent reported of each side of a canary (cumulative)
 and what it was when the step's window opened. ``canaries`` gains the analysis' failed
-and inconclusive step counts, who ended it (``ended_by``) and the analyst's lease
-(``analyst``, ``analyst_until``).
+and inconclusive step counts, who ended it (``ended_by``), when its window of metrics
+opened (``window_started_at``) and the analyst's lease (``analyst``, ``analyst_until``).
 """
 
 from __future__ import annotations
@@ -26,15 +26,19 @@ _WINDOWED = ("requests", "errors")
 
 
 def upgrade() -> None:
+    # Columns only added (no table rebuilt: SQLite would lose the partial index).
     with op.batch_alter_table("canaries") as batch:
         batch.add_column(sa.Column("failures", sa.Integer(), nullable=False,
                                    server_default="0"))
         batch.add_column(sa.Column("inconclusive", sa.Integer(), nullable=False,
                                    server_default="0"))
         batch.add_column(sa.Column("ended_by", sa.String(length=255), nullable=True))
+        batch.add_column(sa.Column("window_started_at", sa.DateTime(timezone=True),
+                                   nullable=True))
         batch.add_column(sa.Column("analyst", sa.String(length=255), nullable=True))
         batch.add_column(sa.Column("analyst_until", sa.DateTime(timezone=True),
                                    nullable=True))
+    op.execute("UPDATE canaries SET window_started_at = step_started_at")
     op.create_table(
         "canary_traffic",
         sa.Column("canary_id", sa.Integer(), nullable=False),
@@ -58,5 +62,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("canary_traffic")
     with op.batch_alter_table("canaries") as batch:
-        for name in ("analyst_until", "analyst", "ended_by", "inconclusive", "failures"):
+        for name in ("analyst_until", "analyst", "window_started_at", "ended_by",
+                     "inconclusive", "failures"):
             batch.drop_column(name)

@@ -136,9 +136,12 @@ def decide(step: Sequence[CanaryCheck], *, last_step: bool, failures: int,
         return Decision("stop" if count > analysis.failure_limit else "retry", count, 0,
                         reason, failed)
     count = inconclusive + 1
-    short = [check.metric for check in step if check.verdict == "inconclusive"]
-    reason = (f"inconclusive {count} step(s) in a row ({', '.join(short)}): fewer than "
-              f"{analysis.min_requests} requests on a version")
+    short = [check for check in step if check.verdict == "inconclusive"]
+    said = [check.detail for check in short if check.detail is not None]
+    why = "; ".join(said) if said else (f"fewer than {analysis.min_requests} requests on "
+                                        "a version")
+    reason = (f"inconclusive {count} step(s) in a row "
+              f"({', '.join(check.metric for check in short)}): {why}")
     return Decision("stop" if count > analysis.inconclusive_limit else "extend", failures,
                     count, reason)
 

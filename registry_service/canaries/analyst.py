@@ -21,10 +21,16 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from loraplane.api.canaries import CanaryCheck, GatePhase
 from registry_service.background import BackgroundTask
-from registry_service.canaries.judge import Judged, due, judge, seen
+from registry_service.canaries.judge import Judged, Measured, Seen, due, judge, seen
 from registry_service.canaries.models import CanaryRow
+from registry_service.canaries.prometheus import (
+    PrometheusFailed,
+    PrometheusSource,
+    unavailable,
+    uses_prometheus,
+)
 from registry_service.canaries.webhooks import run_gates, webhook_client
-from registry_service.db.base import utcnow
+from registry_service.db.base import as_utc, utcnow
 from registry_service.db.engine import Database
 from registry_service.errors import RegistryError
 from registry_service.events.relay import relay_identity
@@ -37,13 +43,16 @@ class CanaryAnalyst(BackgroundTask):
 
     def __init__(self, db: Database, *, interval_s: float, lease_s: float,
                  secret: Callable[[], bytes] = lambda: b"",
+                 prometheus_url: str | None = None,
                  on_judged: Callable[[Judged], None] | None = None) -> None:
-        """``secret`` gives the key webhook gates are signed with (asked at each call:
-        the file behind it is only made when a canary has gates)."""
+        """``secret`` gives the key webhook gates are signed with (asked at the first
+        call: the file behind it is only made when a canary has gates)."""
         self._db = db
         self._secret = secret
         self._secret_value: bytes | None = None
         self._http = webhook_client()
+        self._prometheus = (PrometheusSource(prometheus_url, self._http)
+                            if prometheus_url is not None else None)
         self.interval_s = interval_s
         self.lease_s = lease_s
         self.identity = relay_identity()
@@ -64,17 +73,33 @@ class CanaryAnalyst(BackgroundTask):
         return out
 
     async def _judge(self, canary_id: int) -> Judged | None:
-        """Read the canary, call its gates with no transaction open, then judge."""
+        """Read the canary, call its gates and Prometheus with no transaction open,
+        then judge."""
         async with self._db.session() as session:
             was = await seen(session, canary_id)
         if was is None:
             return None
-        gates: list[CanaryCheck] = []
-        if was.canary.analysis.webhooks:
-            phase: GatePhase = "pre" if was.canary.step == 0 else "step"
-            gates = await run_gates(self._http, was.canary, phase, self._key())
+        measured = await self._measure(was)
         async with self._db.session() as session:
-            return await judge(session, was, gates, analyst=self.identity, now=utcnow())
+            return await judge(session, was, measured, analyst=self.identity, now=utcnow())
+
+    async def _measure(self, was: Seen) -> Measured:
+        canary = was.canary
+        found: list[CanaryCheck] = []
+        if canary.analysis.webhooks:
+            phase: GatePhase = "pre" if canary.step == 0 else "step"
+            found += await run_gates(self._http, canary, phase, self._key())
+        prometheus = self._prometheus
+        if canary.step == 0 or prometheus is None:
+            return Measured(found)
+        seconds = (utcnow() - as_utc(was.window_started_at)).total_seconds()
+        found += await prometheus.checks(canary, seconds)
+        if not uses_prometheus(canary, configured=True):
+            return Measured(found)
+        try:
+            return Measured(found, await prometheus.sides(canary, seconds))
+        except PrometheusFailed as exc:
+            return Measured([*found, unavailable(str(exc))])
 
     def _key(self) -> bytes:
         if self._secret_value is None:

@@ -15,13 +15,14 @@ pauses it. Step 0 is the ``pre`` gates alone, before any traffic.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from loraplane.api.canaries import Canary, CanaryAnalysis, CanaryCheck
-from registry_service.canaries.analysis import Decision, Next, checks, decide
+from loraplane.events import CanaryTrack
+from registry_service.canaries.analysis import Decision, Next, VersionWindow, checks, decide
 from registry_service.canaries.models import CanaryRow
 from registry_service.canaries.service import Running, running_by_id
 from registry_service.canaries.traffic import rebase, windows
@@ -46,6 +47,16 @@ class Seen:
 
     canary: Canary
     step_started_at: datetime
+    window_started_at: datetime
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the analyst found outside the transaction: the gates' and the user's
+    queries' checks, and both sides' windows when Prometheus gave them."""
+
+    checks: Sequence[CanaryCheck] = ()
+    sides: dict[CanaryTrack, VersionWindow] | None = None
 
 
 def due(step: int, step_started_at: datetime, step_seconds: int, now: datetime) -> bool:
@@ -56,7 +67,11 @@ def due(step: int, step_started_at: datetime, step_seconds: int, now: datetime) 
 async def seen(session: AsyncSession, canary_id: int) -> Seen | None:
     """The running canary, read without a lock (the gates are called after)."""
     canary = await running_by_id(session, canary_id, lock=False)
-    was = None if canary is None else Seen(canary.out(), canary.row.step_started_at)
+    was = None
+    if canary is not None:
+        row = canary.row
+        was = Seen(canary.out(), row.step_started_at,
+                   row.window_started_at or row.step_started_at)
     await session.rollback()
     return was
 
@@ -68,19 +83,19 @@ def _current(row: CanaryRow | None, was: Seen, analyst: str, now: datetime) -> b
             and due(row.step, row.step_started_at, row.step_seconds, now))
 
 
-async def judge(session: AsyncSession, was: Seen, gates: Sequence[CanaryCheck], *,
+async def judge(session: AsyncSession, was: Seen, measured: Measured, *,
                 analyst: str, now: datetime) -> Judged | None:
-    """Judge the step ``was`` saw, with its gates' checks, if it is still current, due
-    and leased to ``analyst``; commits."""
+    """Judge the step ``was`` saw, with what was ``measured`` outside, if it is still
+    current, due and leased to ``analyst``; commits."""
     canary = await running_by_id(session, was.canary.id)
     row = canary.row if canary is not None else None
     if canary is None or row is None or not _current(row, was, analyst, now):
         await session.rollback()
         return None
     analysis = CanaryAnalysis(**row.analysis)
-    step = list(gates)
+    step = list(measured.checks)
     if row.step > 0:
-        sides = await windows(session, row.id)
+        sides = _merged(await windows(session, row.id), measured.sides)
         step = checks(sides["stable"], sides["canary"], analysis) + step
     decision = decide(step, last_step=row.step >= len(row.steps), failures=row.failures,
                       inconclusive=row.inconclusive, analysis=analysis)
@@ -91,6 +106,17 @@ async def judge(session: AsyncSession, was: Seen, gates: Sequence[CanaryCheck], 
         "rollback" if row.on_failure == "rollback" else "pause")
     await session.commit()
     return Judged(row.id, decision.next, reason, outcome)
+
+
+def _merged(reported: dict[CanaryTrack, VersionWindow],
+            prometheus: dict[CanaryTrack, VersionWindow] | None
+            ) -> dict[CanaryTrack, VersionWindow]:
+    """Prometheus' windows when it gave them, with the load failures agents reported
+    (Prometheus has no series of them per canary version)."""
+    if prometheus is None:
+        return reported
+    return {track: replace(window, load_failures=reported[track].load_failures)
+            for track, window in prometheus.items()}
 
 
 def _where(row: CanaryRow) -> str:
@@ -121,6 +147,7 @@ async def _apply(canary: Running, decision: Decision, now: datetime) -> str:
         row.updated_at = now
     row.step_started_at = now
     if decision.next != "extend":  # too few requests: the window goes on growing
+        row.window_started_at = now
         await rebase(canary.session, row.id)
     return row.reason
 

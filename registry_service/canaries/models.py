@@ -43,8 +43,11 @@ class CanaryRow(Base):
     actor: Mapped[str] = mapped_column(String(255))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    # When the current step began: its analysis window opens here.
+    # When the current step began (it is judged step_seconds later), and when its
+    # window of metrics opened: the same, but for an inconclusive step watched again,
+    # whose window goes on growing.
     step_started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    window_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=utcnow)
     # Failed steps so far, and inconclusive steps in a row (the analysis' limits).
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     inconclusive: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -21,9 +21,11 @@ async def start_canary(name: str, alias: str, body: CanaryStart, session: Sessio
     """Put `version` on `steps[0]` percent of the alias's traffic (publisher), after its
     `pre` webhook gates pass if it has any. 409 `canary_exists` if one runs; 422
     `canary_is_stable` for the version it serves, `webhook_host_not_allowed` for a gate
-    whose host the registry may not call."""
+    whose host the registry may not call, `prometheus_not_configured` for an analysis
+    that reads a Prometheus the registry was not given."""
     return await service.start(session, principal, name, alias, body,
-                               webhook_hosts=ctx.settings.canary_webhook_hosts)
+                               webhook_hosts=ctx.settings.canary_webhook_hosts,
+                               prometheus=ctx.settings.prometheus_url is not None)
 
 
 @router.get("/canary", summary="The running canary")

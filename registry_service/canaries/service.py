@@ -32,6 +32,7 @@ from registry_service.aliases.service import (
 from registry_service.auth.roles import Principal, Role
 from registry_service.canaries.analysis import checks
 from registry_service.canaries.models import CanaryRow
+from registry_service.canaries.prometheus import check_source
 from registry_service.canaries.state import active_canary, canary_route, finish
 from registry_service.canaries.traffic import rebase, windows
 from registry_service.canaries.webhooks import check_hosts
@@ -91,11 +92,13 @@ def _out(adapter: Adapter, alias: str, row: CanaryRow, stable: int, canary: int)
 
 
 async def start(session: AsyncSession, principal: Principal, name: str, alias_name: str,
-                body: CanaryStart, *, webhook_hosts: list[str]) -> Canary:
+                body: CanaryStart, *, webhook_hosts: list[str], prometheus: bool) -> Canary:
     """Put ``body.version`` on the alias at its first step's weight (publisher); with
-    ``pre`` webhook gates, at step 0 (no traffic) until they pass."""
+    ``pre`` webhook gates, at step 0 (no traffic) until they pass. ``prometheus``: the
+    registry has one to read metrics from."""
     principal.require(Role.PUBLISHER)
     check_hosts(body.analysis.webhooks, webhook_hosts)
+    check_source(body.analysis.source, body.analysis.queries, prometheus)
     adapter = await get_visible_adapter(session, principal, name)
     alias = await existing_alias(session, adapter, alias_name)
     stable = await version_by_id(session, alias.version_id)
@@ -164,7 +167,8 @@ async def _switch(session: AsyncSession, principal: Principal, name: str, alias_
                        code=code, detail={"canary": canary.row.id})
     canary.row.state = to
     if to == "progressing":  # a window of its own, and the inconclusive ones forgotten
-        canary.row.step_started_at, canary.row.inconclusive = utcnow(), 0
+        canary.row.step_started_at = canary.row.window_started_at = utcnow()
+        canary.row.inconclusive = 0
         await rebase(session, canary.row.id)
     canary.row.reason = _said(f"{verb} by {principal.name}", reason)
     canary.record(action, principal.name, canary.row.reason, canary.route())

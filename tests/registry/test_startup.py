@@ -103,6 +103,10 @@ async def admin_works(client: httpx.AsyncClient, token: str) -> bool:
     ({"blob_gc_busy_share": 0}, "blob_gc_busy_share"),
     ({"blob_gc_busy_share": 1.5}, "blob_gc_busy_share"),
     ({"fleet_metrics_max_age_s": 301}, "fleet_metrics_max_age_s"),
+    ({"canary_interval_s": 5, "canary_lease_s": 6}, "canary_lease_s"),
+    ({"canary_interval_s": 0}, "canary_interval_s"),
+    ({"prometheus_url": "prometheus:9090"}, "prometheus_url"),
+    ({"canary_webhook_hosts": "127.0.0.1"}, "canary_webhook_hosts"),
 ])
 def test_bad_settings_are_refused_naming_the_field(values: dict[str, Any], field: str) -> None:
     with pytest.raises(ValidationError) as refused:
