@@ -3,9 +3,19 @@ abort it, and list an alias's canaries. (``rollout`` is the fleet view of a vers
 
 from __future__ import annotations
 
-import click
+from pathlib import Path
 
-from loraplane.api.canaries import Canary, CanaryCheck, CanaryList, CanaryVerb, OnFailure
+import click
+from pydantic import ValidationError
+
+from loraplane.api.canaries import (
+    Canary,
+    CanaryAnalysis,
+    CanaryCheck,
+    CanaryList,
+    CanaryVerb,
+    OnFailure,
+)
 from loraplane_cli.context import CliState, pass_state
 from loraplane_cli.output import Output, short_time
 from loraplane_cli.versions import alias_option
@@ -22,6 +32,18 @@ def parse_steps(text: str) -> list[int]:
 
 def _steps(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
     return None if value is None else parse_steps(value)
+
+
+def _analysis(_ctx: click.Context, _param: click.Parameter,
+              path: Path | None) -> CanaryAnalysis | None:
+    if path is None:
+        return None
+    try:
+        return CanaryAnalysis.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'the file'}: "
+                             f"{e['msg']}" for e in exc.errors()[:5])
+        raise click.BadParameter(f"{path}: {problems}") from None
 
 
 def render_canary(out: Output, canary: Canary) -> None:
@@ -66,13 +88,19 @@ def canary_group() -> None:
               help="How long each step is watched. [default: 60]")
 @click.option("--on-failure", type=click.Choice(["rollback", "pause"]), default=None,
               help="Abort (weight 0) or hold when a check fails. [default: rollback]")
+@click.option("--analysis", "analysis", type=click.Path(exists=True, dir_okay=False,
+                                                        path_type=Path),
+              callback=_analysis, default=None, metavar="FILE",
+              help="The analysis as JSON: thresholds, webhooks, source, queries. "
+              "[default: the registry's]")
 @pass_state
 def start_command(state: CliState, name: str, version: int, alias: str,
                   steps: list[int] | None, step_seconds: int | None,
-                  on_failure: OnFailure | None) -> None:
+                  on_failure: OnFailure | None, analysis: CanaryAnalysis | None) -> None:
     """Put VERSION of adapter NAME on the first step's share of the alias's traffic."""
     canary = state.client().start_canary(name, version, alias=alias, steps=steps,
-                                         step_seconds=step_seconds, on_failure=on_failure)
+                                         step_seconds=step_seconds, analysis=analysis,
+                                         on_failure=on_failure)
     state.output.emit(canary, lambda: render_canary(state.output, canary))
 
 

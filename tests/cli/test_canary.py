@@ -61,6 +61,30 @@ def test_bad_steps_are_refused_before_and_by_the_registry(served: ServedRegistry
     assert remote.returncode != 0 and "invalid_request" in remote.stderr
     same = served.run("canary", "start", "cli-canary-bad", "1", expect=None)
     assert same.returncode != 0 and "canary_is_stable" in same.stderr
+    broken = tmp_path / "broken.json"
+    for text, said in (("{not json", "Invalid JSON"),
+                       ('{"min_requests": 0}', "min_requests"),
+                       ('{"webhooks": [{"name": "x", "url": "ftp://h/"}]}', "webhooks.0.url")):
+        broken.write_text(text)
+        refused = served.run("canary", "start", "cli-canary-bad", "2", "--analysis",
+                             str(broken), expect=None)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"webhooks": [{"name": "x", "url": "http://10.0.0.1/"}]}')
+    remote = served.run("canary", "start", "cli-canary-bad", "2", "--analysis",
+                        str(elsewhere), expect=None)
+    assert remote.returncode != 0 and "webhook_host_not_allowed" in remote.stderr
+
+
+def test_start_takes_the_analysis_from_a_file(served: ServedRegistry, tmp_path: Path) -> None:
+    _adapter(served, "cli-canary-file", tmp_path, 2)
+    analysis = tmp_path / "analysis.json"
+    analysis.write_text('{"min_requests": 500, "max_error_rate": 0.01, "failure_limit": 2}')
+    started = served.run("--json", "canary", "start", "cli-canary-file", "2", "--analysis",
+                         str(analysis)).json()
+    assert {k: started["analysis"][k] for k in ("min_requests", "max_error_rate",
+                                                 "failure_limit")} == {
+        "min_requests": 500, "max_error_rate": 0.01, "failure_limit": 2}
 
 
 def test_push_with_a_canary_and_a_promote_that_aborts_it(served: ServedRegistry,
