@@ -34,16 +34,17 @@ def _steps(_ctx: click.Context, _param: click.Parameter, value: str | None) -> l
     return None if value is None else parse_steps(value)
 
 
-def _analysis(_ctx: click.Context, _param: click.Parameter,
-              path: Path | None) -> CanaryAnalysis | None:
-    if path is None:
-        return None
+def read_analysis(path: Path) -> CanaryAnalysis:
+    """``--analysis FILE``, checked here: a usage error (exit 2) names what is wrong."""
     try:
         return CanaryAnalysis.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise click.BadParameter(f"{path}: {exc.strerror}",
+                                 param_hint="'--analysis'") from None
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'the file'}: "
                              f"{e['msg']}" for e in exc.errors()[:5])
-        raise click.BadParameter(f"{path}: {problems}") from None
+        raise click.BadParameter(f"{path}: {problems}", param_hint="'--analysis'") from None
 
 
 def render_canary(out: Output, canary: Canary) -> None:
@@ -88,16 +89,16 @@ def canary_group() -> None:
               help="How long each step is watched. [default: 60]")
 @click.option("--on-failure", type=click.Choice(["rollback", "pause"]), default=None,
               help="Abort (weight 0) or hold when a check fails. [default: rollback]")
-@click.option("--analysis", "analysis", type=click.Path(exists=True, dir_okay=False,
-                                                        path_type=Path),
-              callback=_analysis, default=None, metavar="FILE",
+@click.option("--analysis", "analysis_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
               help="The analysis as JSON: thresholds, webhooks, source, queries. "
               "[default: the registry's]")
 @pass_state
 def start_command(state: CliState, name: str, version: int, alias: str,
                   steps: list[int] | None, step_seconds: int | None,
-                  on_failure: OnFailure | None, analysis: CanaryAnalysis | None) -> None:
+                  on_failure: OnFailure | None, analysis_file: Path | None) -> None:
     """Put VERSION of adapter NAME on the first step's share of the alias's traffic."""
+    analysis = read_analysis(analysis_file) if analysis_file is not None else None
     canary = state.client().start_canary(name, version, alias=alias, steps=steps,
                                          step_seconds=step_seconds, analysis=analysis,
                                          on_failure=on_failure)
