@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,6 +270,16 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def run_in_work_dir(prefix: str, work_dir: Path | None,
+                    run: Callable[[Path], Coroutine[Any, Any, dict[str, Any]]]
+                    ) -> dict[str, Any]:
+    """``run(folder)`` in a temporary folder (under ``work_dir``), removed after; a
+    SIGTERM ends it as ^C does, so every process it started is stopped."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=work_dir) as tmp:
+        return asyncio.run(run(Path(tmp)))
 
 
 def write_json(document: Mapping[str, Any], out: Path | None) -> None:

@@ -42,8 +42,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +51,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.common import git_commit, machine_summary, percentile
+from bench.common import git_commit, machine_summary, percentile, run_in_work_dir
 from bench.fanout_fleet import BASE_MODEL, Fleet, agent_reports, requests_by_route, running_fleet
 from bench.fanout_versus import push_groups, render, versus
 from bench.profiling import inclusive, recording
@@ -453,12 +451,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     steps = [int(s) for s in args.steps.split(",")]
     # A SIGTERM ends the run like ^C does: every process stopped, the database dropped.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with tempfile.TemporaryDirectory(prefix="fanout-", dir=args.work_dir) as tmp:
-        result = asyncio.run(run(Path(tmp), steps=steps, placed=args.placed,
-                                 replicas=args.replicas, change=args.change,
-                                 profile=args.profile,
-                                 also=args.also))
+    result = run_in_work_dir("fanout-", args.work_dir, lambda tmp: run(
+        tmp, steps=steps, placed=args.placed, replicas=args.replicas, change=args.change,
+        profile=args.profile, also=args.also))
     result["machine_end"] = machine_summary()
     text = json.dumps(result, indent=2, default=str)
     if args.json_out is not None:

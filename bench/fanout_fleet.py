@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +132,17 @@ class StandInProcess:
     def url(port: int) -> str:
         return f"http://127.0.0.1:{port}"
 
+    def set_fault(self, model: str, **fault: float) -> None:
+        """A fault of ``model`` on every port (``error_every``, ``delay_s``,
+        ``load_status``: see devharness/vllm_standin.py)."""
+        response = httpx.post(f"{self.url(self.ports[0])}/_standin/faults",
+                              json={"model": model, **fault}, timeout=30)
+        response.raise_for_status()
+
+    def clear_faults(self) -> None:
+        httpx.delete(f"{self.url(self.ports[0])}/_standin/faults", timeout=30
+                     ).raise_for_status()
+
     def state(self, after: int = 0) -> dict[str, Any]:
         """The loads and unloads after the ``after`` first, and what each port has."""
         response = httpx.get(f"{self.url(self.ports[0])}/_standin/calls",
@@ -161,9 +172,11 @@ class Fleet:
         for agent_id in agent_ids:
             self.tokens[agent_id] = self.registry.create_token("agent", agent_id)
 
-    def add_agents(self, count: int, prefix: str = "agent") -> list[str]:
+    def add_agents(self, count: int, prefix: str = "agent",
+                   settings: Mapping[str, str] | None = None) -> list[str]:
         """Start ``count`` new agents together, each on the next free stand-in port;
-        return their ids once every one answers ready."""
+        return their ids once every one answers ready. ``settings``: the agents' own
+        (``AGENT_SETTINGS`` by default)."""
         check_room(count)
         started = []
         for _ in range(count):
@@ -175,7 +188,8 @@ class Fleet:
             spec = AgentSpec(agent_id=agent_id, vllm_url=self.standin.url(port),
                              base_model=BASE_MODEL, cache_dir=self.work / "cache" / agent_id,
                              registry=self.registry.url, token=token, nats_url=self.nats.url,
-                             max_loaded=256, settings=AGENT_SETTINGS)
+                             max_loaded=256,
+                             settings=AGENT_SETTINGS if settings is None else settings)
             agent = self.agents[agent_id] = self._agent(spec, self.next_port - 1)
             agent.process.start()
             started.append(agent_id)
@@ -265,8 +279,11 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def running_fleet(work: Path, *, ports: int, stale_after_s: float = STALE_AFTER_S,
-                        also: str | None = None) -> AsyncIterator[Fleet]:
-    """``also``: a commit every other agent runs (see ``Fleet._agent``)."""
+                        also: str | None = None,
+                        registry_settings: Mapping[str, str] | None = None,
+                        ) -> AsyncIterator[Fleet]:
+    """``also``: a commit every other agent runs (see ``Fleet._agent``);
+    ``registry_settings``: more settings of the registry (``RegistryProcess``)."""
     other = None if also is None else OtherCommit.archived(also, work / "also-commit")
     async with contextlib.AsyncExitStack() as stack:
         s3, nats = start_s3_and_nats(stack, work)
@@ -278,7 +295,8 @@ async def running_fleet(work: Path, *, ports: int, stale_after_s: float = STALE_
                                    settings={"agent_stale_after_s": str(stale_after_s),
                                              # The bench's NATS takes no credentials,
                                              # so "auto" would leave them out.
-                                             "event_file_urls": "on"})
+                                             "event_file_urls": "on",
+                                             **(registry_settings or {})})
         registry.migrate()
         stack.callback(registry.stop)
         registry.start()

@@ -7,14 +7,23 @@ model and every loaded adapter with ``parent``), ``POST /v1/load_lora_adapter`` 
 400 "has already been loaded"; 404 for a path that does not exist),
 ``POST /v1/unload_lora_adapter`` (200, or 404 for an unknown name), ``GET /health``
 and ``GET /metrics`` (an empty page: the agent's mirror of vLLM's series then has
-nothing to pass on).
+nothing to pass on). ``POST /v1/completions`` and ``POST /v1/chat/completions`` answer
+for the base model or a name loaded on that port (404 otherwise), plain or streamed,
+after a delay (``--delay-s``, 20 ms by default); the text is the model's name and a
+counter (``devharness/standin_answers.py``).
+
+Faults, for the whole stand-in (every port): ``POST /_standin/faults`` with
+``{"model": "bot@2", "error_every": 20, "delay_s": 0.03, "load_status": 500}`` makes
+exactly every 20th generation of ``bot@2`` answer 500, each one wait 30 ms, and every
+load of ``bot@2`` fail with 500; ``GET`` lists the faults (with the generations each
+counted), ``DELETE`` clears them (``?model=`` one only).
 
 One process listens on many ports, one per agent, each with its own set of loaded
 names, so a hundred agents need one stand-in. Every load and unload is recorded with
 its wall-clock time and port; ``GET /_standin/calls?after=N`` lists them (from any
 port), which is how a benchmark counts the moves that follow a fleet change.
 
-    python -m devharness.vllm_standin --ports 100 --ports-file ports.json
+    python -m devharness.vllm_standin --ports 100 --ports-file ports.json [--delay-s 0.02]
 """
 
 from __future__ import annotations
@@ -31,10 +40,14 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from devharness import standin_answers as answers
+from devharness.standin_answers import Fault
+
 BASE_MODEL = "base"
+DELAY_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -51,10 +64,13 @@ class Call:
 class StandIn:
     """The state of every port: the names loaded there, and the calls so far."""
 
-    def __init__(self, base_model: str = BASE_MODEL) -> None:
+    def __init__(self, base_model: str = BASE_MODEL, delay_s: float = DELAY_S) -> None:
+        """``delay_s``: how long a generation takes unless its model's fault says."""
         self.base_model = base_model
+        self.delay_s = delay_s
         self.loaded: dict[int, set[str]] = {}
         self.calls: list[Call] = []
+        self.faults: dict[str, Fault] = {}
 
     def _record(self, port: int, action: str, name: str) -> None:
         self.calls.append(Call(len(self.calls) + 1, time.time(), port, action, name))
@@ -73,6 +89,10 @@ class StandIn:
                                " to True.")
         if not Path(path).is_dir():
             return _error(404, f"No adapter found for {path}")
+        fault = self.faults.get(name)
+        if fault is not None and fault.load_status is not None:
+            return _error(fault.load_status, f"Failed to load LoRA adapter '{name}' "
+                                             "(a fault the stand-in was told to inject)")
         names.add(name)
         self._record(port, "load", name)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
@@ -85,10 +105,57 @@ class StandIn:
         self._record(port, "unload", name)
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
+    async def generate(self, port: int, body: dict[str, Any], *, chat: bool) -> Response:
+        """A completion (``chat``: a chat completion) of ``body["model"]``, after its
+        delay; 500 if its fault says this one fails."""
+        model = body.get("model") or self.base_model
+        if not isinstance(model, str) or (model != self.base_model
+                                          and model not in self.loaded.get(port, ())):
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        fault = self.faults.get(model)
+        delay = fault.delay_s if fault is not None and fault.delay_s is not None \
+            else self.delay_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if fault is not None and fault.fails_next():
+            return _error(500, f"an injected fault: one in {fault.error_every} requests of "
+                               f"{model} fails", "InternalServerError")
+        if body.get("stream"):
+            return StreamingResponse(answers.stream(model, body, chat=chat),
+                                     media_type="text/event-stream")
+        return JSONResponse(answers.answer(model, body, chat=chat))
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "BadRequestError",
-                                   "param": None, "code": status}}, status_code=status)
+    def set_fault(self, body: dict[str, Any]) -> Response:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return _error(400, "`model` must name a model")
+        try:
+            self.faults[model] = Fault.parse(body)
+        except (TypeError, ValueError) as exc:
+            return _error(400, str(exc))
+        return self.shown_faults()
+
+    def clear_faults(self, model: str | None) -> Response:
+        if model is None:
+            self.faults.clear()
+        else:
+            self.faults.pop(model, None)
+        return self.shown_faults()
+
+    def shown_faults(self) -> Response:
+        return JSONResponse({"faults": {m: f.shown() for m, f in sorted(self.faults.items())}})
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse(answers.error_body(status, message, kind), status_code=status)
+
+
+async def _json(request: Request) -> dict[str, Any] | None:
+    try:
+        body = await request.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def _port(request: Request) -> int:
@@ -120,11 +187,30 @@ def create_app(state: StandIn) -> Starlette:
         return JSONResponse({"calls": [asdict(c) for c in state.calls[after:]],
                              "loaded": {str(p): sorted(n) for p, n in state.loaded.items()}})
 
+    async def completions(request: Request) -> Response:
+        body = await _json(request)
+        if body is None:
+            return _error(400, "the body must be a JSON object")
+        return await state.generate(_port(request), body,
+                                    chat=request.url.path.endswith("/chat/completions"))
+
+    async def faults(request: Request) -> Response:
+        if request.method == "GET":
+            return state.shown_faults()
+        if request.method == "DELETE":
+            return state.clear_faults(request.query_params.get("model"))
+        body = await _json(request)
+        return _error(400, "the body must be a JSON object") if body is None \
+            else state.set_fault(body)
+
     return Starlette(routes=[
         Route("/v1/models", models), Route("/v1/load_lora_adapter", load, methods=["POST"]),
         Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", completions, methods=["POST"]),
         Route("/metrics", metrics), Route("/health", health),
-        Route("/_standin/calls", calls)])
+        Route("/_standin/calls", calls),
+        Route("/_standin/faults", faults, methods=["GET", "POST", "DELETE"])])
 
 
 def _listen(count: int) -> list[socket.socket]:
@@ -141,13 +227,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ports", type=int, required=True, help="how many ports to serve")
     parser.add_argument("--ports-file", type=Path, required=True,
                         help="where to write the ports (JSON), once all listen")
+    parser.add_argument("--delay-s", type=float, default=DELAY_S,
+                        help="how long a generation takes (a fault may say otherwise)")
     args = parser.parse_args(argv)
     sockets = _listen(args.ports)
     ports = [s.getsockname()[1] for s in sockets]
     tmp = args.ports_file.with_suffix(".tmp")
     tmp.write_text(json.dumps({"ports": ports}))
     tmp.replace(args.ports_file)
-    config = uvicorn.Config(create_app(StandIn()), log_level="warning", access_log=False)
+    config = uvicorn.Config(create_app(StandIn(delay_s=args.delay_s)), log_level="warning",
+                            access_log=False)
     asyncio.run(uvicorn.Server(config).serve(sockets=sockets))
 
 
