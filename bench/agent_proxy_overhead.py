@@ -10,6 +10,10 @@ agent loads it. Every window sends the same completions along one path:
 - ``agent (rule)``: to the agent with no model, resolved by the routing rule;
 - ``agent@REV`` (``--also-commit REV``): a second agent beside the first, on the same
   vLLM, run from the code of commit REV (say, the one before a change);
+- with ``--canary WEIGHT``, version 2 runs a canary on that share of the alias (never
+  judged) and the agents' requests name a customer the split keeps on version 1: the
+  split and its counting are on the agent's path, the answers stay version 1's (against
+  an ``agent@REV`` from before canaries, the split's cost);
 - ``relay`` and ``nginx`` (``--floor-proxies``, ``bench/proxy_floor.py``): a byte relay
   on uvloop and nginx, each in front of the same vLLM, sent vLLM's name for the adapter:
   what one more hop costs here with no HTTP work in Python at all, and through a C proxy;
@@ -67,6 +71,8 @@ from bench.proxy_stats import (
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
 from devharness.testbed import E2E_TENANT, AgentProcess, Testbed
 from devharness.waiting import eventually
+from loraplane.api.canaries import WEEK_S, CanaryAnalysis
+from loraplane.canary_split import takes_canary
 from loraplane.client import AsyncRegistryClient
 
 PROMPTS = ("The registry publishes", "An adapter version is", "Every request holds",
@@ -85,6 +91,9 @@ class Names:
 
     adapter: str = ADAPTER
     customer: str = RULE_CUSTOMER
+    # With a weight: version 2 runs a canary on that share of ``live`` (never judged),
+    # and the agents' requests name a customer the split keeps on version 1.
+    canary_weight: int = 0
 
     @property
     def version_name(self) -> str:
@@ -219,18 +228,46 @@ async def setup_targets(testbed: Testbed, stack: contextlib.AsyncExitStack,
     vllm = await stack.enter_async_context(OpenAIClient(testbed.vllms["a"].url))
     targets = [Target(DIRECT, vllm, names.version_name)]
     rule = {"X-Customer-Id": names.customer}
+    split = await start_canary(testbed, api, names) if names.canary_weight else None
     for name, process in {"agent": testbed.agents["a"], **extra}.items():
         client = await stack.enter_async_context(
             OpenAIClient(process.url, token=testbed.inference_token))
         await wait_served(client, names.adapter, names.version_name, 60.0)
-        targets.append(Target(name, client, names.adapter))
-        if name == "agent":
+        if split is not None and name == "agent":
+            await wait_split(client, names.adapter, split)
+        targets.append(Target(name, client, names.adapter, split and split[0]))
+        if name == "agent" and split is None:  # the rule's customer may take the canary
             await wait_rule(client, rule, names.version_name)
             targets.append(Target("agent (rule)", client, None, rule))
     for floor in floors:  # no routing: vLLM's own name, as on the direct path
         client = await stack.enter_async_context(OpenAIClient(floor.url))
         targets.append(Target(floor.name, client, names.version_name))
     return targets
+
+
+async def start_canary(testbed: Testbed, api: AsyncRegistryClient,
+                       names: Names) -> tuple[dict[str, str], dict[str, str]]:
+    """Version 2 on ``canary_weight`` % of ``live``, never judged; the headers of a
+    customer the split keeps on version 1, and of one it gives version 2."""
+    await api.push(names.adapter, testbed.adapter_dir("a2"))
+    never = CanaryAnalysis(min_requests=1_000_000, inconclusive_limit=100)
+    canary = await api.start_canary(names.adapter, 2, steps=[names.canary_weight],
+                                    step_seconds=WEEK_S, analysis=never)
+    sides = {takes_canary(f"bench-{i}", canary.id, names.canary_weight): f"bench-{i}"
+             for i in range(1000)}
+    return {"X-Customer-Id": sides[False]}, {"X-Customer-Id": sides[True]}
+
+
+async def wait_split(client: OpenAIClient, model: str,
+                     split: tuple[dict[str, str], dict[str, str]]) -> None:
+    """The agent applies the canary: its customer gets version 2."""
+
+    async def split_there() -> bool:
+        result = await client.complete(model, max_tokens=1, headers=split[1])
+        return result.ok and result.adapter == f"{model}@2"
+
+    await eventually(split_there, timeout_s=120.0, retrying=RETRY_OVER_HTTP,
+                     what="the agent splitting the canary")
 
 
 async def wait_rule(client: OpenAIClient, headers: Mapping[str, str], served: str) -> None:
@@ -282,6 +319,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--agent-log-level", default="info",
                         choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--canary", dest="canary_weight", type=int, default=0,
+                        metavar="WEIGHT", help="run a canary of version 2 on WEIGHT %% of "
+                        "the alias (1-99): the agents' path goes through the split")
     parser.add_argument("--also-commit", default=None, metavar="REV",
                         help="also measure an agent run from the code of commit REV")
     parser.add_argument("--floor-proxies", action="store_true",
@@ -297,6 +337,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if not 0 <= args.canary_weight <= 99:
+        parser.error("--canary takes a weight in 1-99")
     if args.rounds < 1 or min(args.window, args.long_window) <= 0 or \
             min(args.concurrency) < 1 or args.long_prompt_chars < 1:
         parser.error("--rounds, --window, --long-window, --long-prompt-chars and "
@@ -315,7 +357,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Start the testbed, measure, and return the whole result (rows and windows)."""
     with bench_testbed(work, max_loras=3, max_loaded=3,
                        agent_settings={"log_level": args.agent_log_level}) as testbed:
-        return run_on(testbed, args, work, Names())
+        return run_on(testbed, args, work, Names(canary_weight=args.canary_weight))
 
 
 def run_on(testbed: Testbed, args: argparse.Namespace, work: Path,

@@ -57,3 +57,23 @@ def test_the_proxy_overhead_benchmark_runs_every_path(testbed: Testbed, unique: 
     assert document["machine"]["cpus"] and "cpu_busy_share" in document["machine"]
     table = render(rows)
     assert table.count("\n") == len(rows) + 1 and "agent (rule)" in table
+
+
+def test_the_benchmark_measures_the_canary_split(testbed: Testbed, unique: str,
+                                                 tmp_path: Path) -> None:
+    """``--canary``: the agents' path goes through a running canary's split, and the
+    answers stay version 1's (its customer is on stable), as vLLM's own."""
+    names = Names(adapter=f"split-{unique}", customer=f"split-{unique}", canary_weight=50)
+    args = parse_args(["--rounds", "2", "--window", "0.3", "--workloads", "short",
+                       "--concurrency", "2", "--canary", "50", "--also-commit", "HEAD"])
+    try:
+        document = run_on(testbed, args, tmp_path, names)
+    finally:
+        delete_adapter(testbed, names.adapter)
+    rows = document["rows"]
+    assert {row["target"] for row in rows} == {
+        "agent", f"agent@{document['commit']['commit'][:10]}"}
+    for row in rows:
+        assert row["failed"] == [0, 0], document["first_failures"]
+        assert row["max_distinct_outputs_per_prompt"] == 1, row
+    assert document["args"]["canary_weight"] == 50
