@@ -17,6 +17,7 @@ from loraplane.api.canaries import (
     ACTIVE_STATES,
     Canary,
     CanaryAnalysis,
+    CanaryCheck,
     CanaryList,
     CanaryStart,
 )
@@ -55,7 +56,7 @@ class Running:
     canary: Version
 
     def out(self) -> Canary:
-        return _out(self.adapter, self.alias.name, self.row, self.stable.number,
+        return canary_out(self.adapter.name, self.alias.name, self.row, self.stable.number,
                     self.canary.number)
 
     def route(self) -> CanaryRoute:
@@ -80,15 +81,17 @@ class Running:
         self.record("canary_abort", actor, reason, None)
 
 
-def _out(adapter: Adapter, alias: str, row: CanaryRow, stable: int, canary: int) -> Canary:
+def canary_out(adapter: str, alias: str, row: CanaryRow, stable: int, canary: int,
+               live: list[CanaryCheck] | None = None) -> Canary:
+    """The canary object of ``row``, with ``live`` as its ``live_checks``."""
     return Canary(
-        id=row.id, adapter=adapter.name, alias=alias, stable_version=stable,
+        id=row.id, adapter=adapter, alias=alias, stable_version=stable,
         canary_version=canary, state=row.state,
         step=row.step, weight=row.weight, steps=list(row.steps),
         step_seconds=row.step_seconds, analysis=CanaryAnalysis(**row.analysis),
-        on_failure=row.on_failure,
-        checks=list(row.checks), reason=row.reason, actor=row.actor,
-        started_at=row.started_at, updated_at=row.updated_at)
+        on_failure=row.on_failure, checks=list(row.checks), live_checks=live,
+        reason=row.reason, actor=row.actor, started_at=row.started_at,
+        updated_at=row.updated_at)
 
 
 async def start(session: AsyncSession, principal: Principal, name: str, alias_name: str,
@@ -213,7 +216,7 @@ async def history(session: AsyncSession, principal: Principal, name: str, alias_
     if before is not None:
         query = query.where(CanaryRow.id < before)
     rows = (await session.execute(query.order_by(CanaryRow.id.desc()).limit(limit + 1))).all()
-    page = [_out(adapter, alias_name, row, stable, canary)
+    page = [canary_out(adapter.name, alias_name, row, stable, canary)
             for row, stable, canary in rows[:limit]]
     return CanaryList(adapter=adapter.name, alias=alias_name, canaries=page,
                       next_cursor=str(page[-1].id) if len(rows) > limit else None)

@@ -21,7 +21,14 @@ from registry_service.auth.roles import Role
 from registry_service.context import RegistryContext
 from registry_service.deps import CtxDep, PrincipalDep, SessionDep, TokenDep
 from registry_service.ui import service
-from registry_service.ui.schemas import Fleet, SignedIn, Timeline, VersionDetails, VersionDiff
+from registry_service.ui.schemas import (
+    Fleet,
+    RunningCanaries,
+    SignedIn,
+    Timeline,
+    VersionDetails,
+    VersionDiff,
+)
 from registry_service.ui.stream import StreamHub, open_stream
 
 STATIC = FilePath(__file__).parent / "static"
@@ -101,6 +108,13 @@ async def get_fleet(ctx: CtxDep, session: SessionDep, principal: PrincipalDep) -
     return Response(await service.fleet(session, principal,
                                         stale_after_s=ctx.settings.agent_stale_after_s),
                     media_type="application/json")
+
+
+@api.get("/canaries")
+async def get_canaries(session: SessionDep, principal: PrincipalDep) -> RunningCanaries:
+    """The running canaries of the adapters the token may read. The page acts on them
+    through the canary routes (``POST /v1/adapters/…/canary/{verb}``), not through /ui."""
+    return await service.running_canaries(session, principal)
 
 
 @api.get("/stream")

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from loraplane.api.adapters import AdapterOut
 from loraplane.api.agents import RolloutOut
+from loraplane.api.canaries import Canary
 from loraplane.api.versions import VersionOut
 
 
@@ -19,7 +20,8 @@ class SignedIn(BaseModel):
     name: str
     role: str
     tenant: str | None
-    # Whether the page offers promote and rollback; the registry checks every call anyway.
+    # Whether the page offers promote and rollback, and its canaries' pause, resume,
+    # promote and abort (all need a publisher); the registry checks every call anyway.
     can_move_aliases: bool
 
 
@@ -57,6 +59,18 @@ def fleet_json(rollouts: Iterable[str]) -> str:
     """``Fleet(adapters=...).model_dump_json()``, from each adapter's own JSON: written an
     adapter at a time, so that no one call holds the GIL long."""
     return '{"adapters":[' + ",".join(rollouts) + "]}"
+
+
+class RunningCanaries(BaseModel):
+    """Every progressing or paused canary of the adapters the token may read, by adapter
+    and alias, each with its current step's checks so far (``live_checks``)."""
+
+    canaries: list[Canary]
+
+
+def canaries_json(canaries: Iterable[Canary]) -> str:
+    """``RunningCanaries(canaries=...).model_dump_json()``."""
+    return '{"canaries":[' + ",".join(c.model_dump_json() for c in canaries) + "]}"
 
 
 class VersionDetails(VersionOut):

@@ -6,23 +6,33 @@ import json
 import logging
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from loraplane.api.agents import RolloutOut
 from loraplane.api.aliases import AliasMoveOut
+from loraplane.api.canaries import ACTIVE_STATES, Canary, CanaryAnalysis
 from loraplane.api.versions import VersionOut
 from loraplane.lora.files import CONFIG_FILE
 from loraplane.lora.peft_config import MAX_CONFIG_BYTES
 from registry_service.adapters.lookup import get_visible_adapter
+from registry_service.adapters.models import Adapter
 from registry_service.adapters.service import show_adapter
 from registry_service.agents.service import DEFAULT_STALE_AFTER_S, tenant_rollouts
+from registry_service.aliases.models import Alias
 from registry_service.aliases.service import adapter_moves
 from registry_service.auth.roles import Principal, Role
 from registry_service.blobs.base import BlobStore
+from registry_service.canaries.analysis import checks
+from registry_service.canaries.models import CanaryRow
+from registry_service.canaries.service import canary_out
+from registry_service.canaries.traffic import windows
 from registry_service.errors import Forbidden, RegistryError
 from registry_service.events.service import events_mark
 from registry_service.ui.diff import config_changes, file_changes
 from registry_service.ui.schemas import (
+    RunningCanaries,
     SignedIn,
     Timeline,
     TimelineEntry,
@@ -30,6 +40,7 @@ from registry_service.ui.schemas import (
     VersionDiff,
     fleet_json,
 )
+from registry_service.versions.models import Version
 from registry_service.versions.service import list_versions, show_version
 
 log = logging.getLogger(__name__)
@@ -122,6 +133,46 @@ async def fleet(session: AsyncSession, principal: Principal, *,
 
 def written_fleet(rollouts: list[RolloutOut]) -> str:
     return fleet_json(rollout.model_dump_json() for rollout in rollouts)
+
+
+# More running canaries than any page shows: a bound on one look's work, not a limit
+# anyone meets (one per alias at most).
+MAX_RUNNING_CANARIES = 500
+
+
+async def running_canaries(session: AsyncSession, principal: Principal) -> RunningCanaries:
+    """The running canaries of every adapter the principal may read (reader): a tenant's
+    token sees its tenant's only, a global one every tenant's."""
+    principal.require(Role.READER)
+    scope = None if principal.is_global else principal.tenant_id
+    found = await canaries_by_scope(session, {scope})
+    return RunningCanaries(canaries=found[scope])
+
+
+async def canaries_by_scope(session: AsyncSession, tenant_ids: set[int | None]
+                            ) -> dict[int | None, list[Canary]]:
+    """``running_canaries`` for many scopes (a tenant's id, or None for every tenant) from
+    one read: the UI's live streams share it. Each canary comes with its current step's
+    window so far, judged as ``GET …/canary`` judges it (``live_checks``)."""
+    stable_v, canary_v = aliased(Version), aliased(Version)
+    query = (select(CanaryRow, Alias.name, Adapter.name, Adapter.tenant_id, stable_v.number,
+                    canary_v.number)
+             .join(Alias, Alias.id == CanaryRow.alias_id)
+             .join(Adapter, Adapter.id == Alias.adapter_id)
+             .join(stable_v, stable_v.id == CanaryRow.stable_version_id)
+             .join(canary_v, canary_v.id == CanaryRow.canary_version_id)
+             .where(CanaryRow.state.in_(sorted(ACTIVE_STATES)), Adapter.deleted_at.is_(None)))
+    if None not in tenant_ids:
+        query = query.where(Adapter.tenant_id.in_(sorted(t for t in tenant_ids if t)))
+    rows = (await session.execute(
+        query.order_by(Adapter.name, Alias.name).limit(MAX_RUNNING_CANARIES))).all()
+    found: list[tuple[int, Canary]] = []
+    for row, alias, adapter, tenant_id, stable, canary in rows:
+        sides = await windows(session, row.id)
+        live = checks(sides["stable"], sides["canary"], CanaryAnalysis(**row.analysis))
+        found.append((tenant_id, canary_out(adapter, alias, row, stable, canary, live)))
+    return {scope: [c for tenant_id, c in found if scope is None or tenant_id == scope]
+            for scope in tenant_ids}
 
 
 async def change_mark(session: AsyncSession, principal: Principal) -> tuple[int, int]:

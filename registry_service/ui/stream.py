@@ -3,8 +3,9 @@
 One reader task per registry process looks once per tick for every open stream
 (``StreamHub``), instead of one poll per stream: one query checks every stream's token
 again (a revoked token ends its stream), one read of the fleet is cut into each stream's
-tenant, and one events mark is read per tenant with a stream open. Each stream is sent
-only what changed for it: an idle page receives nothing but pings. A token may hold at
+tenant, one events mark is read per tenant with a stream open, and one read of the
+running canaries (with their current step's checks so far) is cut likewise. Each stream
+is sent only what changed for it: an idle page receives nothing but pings. A token may hold at
 most ``ui_max_streams_per_token`` streams on one process; one more is refused with 429
 ``too_many_streams``. Why: docs/decisions.md#one-reader-for-every-ui-live-stream
 
@@ -32,7 +33,8 @@ from registry_service.background import cancel_and_wait
 from registry_service.db.engine import Database
 from registry_service.errors import RegistryError, TooManyRequests
 from registry_service.events.service import events_mark
-from registry_service.ui.service import written_fleet
+from registry_service.ui.schemas import canaries_json
+from registry_service.ui.service import canaries_by_scope, written_fleet
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +54,11 @@ def _json(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Look:
-    """What one stream is shown after a tick: its events mark and its fleet's JSON."""
+    """What one stream is shown after a tick: its events mark, its fleet's JSON and its
+    running canaries' JSON."""
     mark: tuple[int, int]
     fleet_json: str
+    canaries_json: str
 
 
 @dataclass(eq=False)
@@ -175,18 +179,24 @@ class StreamHub:
             # Each scope's fleet written as JSON where it is built, off the loop.
             fleet_json = await rollouts_by_scope(session, set(scopes), written_fleet,
                                                  stale_after_s=self.stale_after_s)
+            canaries = await canaries_by_scope(session, set(scopes)) if scopes else {}
+        running = {scope: canaries_json(found) for scope, found in canaries.items()}
         return [p if isinstance(p, RegistryError)
-                else Look(marks[p.tenant_id], fleet_json[p.tenant_id]) for p in principals]
+                else Look(marks[p.tenant_id], fleet_json[p.tenant_id], running[p.tenant_id])
+                for p in principals]
 
 
 async def live_updates(hub: StreamHub, subscriber: Subscriber) -> AsyncIterator[str]:
-    """``changes`` (the events mark moved: read the adapters again) and ``fleet`` (the
-    new fleet) events; the first look sends both. An ``error`` event ends the stream."""
+    """``changes`` (the events mark moved: read the adapters again), ``fleet`` (the new
+    fleet) and ``canaries`` (the running canaries, as ``/ui/api/canaries``, whenever one
+    starts, moves, ends or its step's checks change) events; the first look sends all
+    three. An ``error`` event ends the stream."""
     loop = asyncio.get_running_loop()
     try:
         yield "retry: 2000\n\n"
         sent_mark: tuple[int, int] | None = None
         sent_fleet: str | None = None
+        sent_canaries: str | None = None
         last_sent = loop.time()
         while True:
             quiet_left = PING_EVERY_S - (loop.time() - last_sent)
@@ -211,6 +221,9 @@ async def live_updates(hub: StreamHub, subscriber: Subscriber) -> AsyncIterator[
             if look.fleet_json != sent_fleet:
                 sent_fleet, last_sent = look.fleet_json, loop.time()
                 yield frame("fleet", look.fleet_json)
+            if look.canaries_json != sent_canaries:
+                sent_canaries, last_sent = look.canaries_json, loop.time()
+                yield frame("canaries", look.canaries_json)
     finally:
         hub.unsubscribe(subscriber)
 

@@ -60,7 +60,7 @@ function renderAdapters() {
     }, () => navigate({ name: a.name, tab: "timeline", v: null, base: null }),
     el("span", { class: "adapter-name", text: a.name }), el("br"),
     el("span", { class: "sub", text: `${a.tenant} · ${a.base_model} · ${latest}` }),
-    stateLine(a.name)));
+    stateLine(a.name), canaryChips(a.name)));
   }));
 }
 
@@ -109,7 +109,10 @@ function renderDetail() {
     { class: "tab", "data-testid": `subtab-${t}`, "aria-selected": String(t === tab) },
     () => navigate({ tab: t }))));
   const body = tab === "versions" ? versionsPane(timeline) : timelinePane(timeline);
-  $("detail").replaceChildren(head, tabs, body);
+  // Drawn again at every change: a field being typed in keeps the focus.
+  const focused = document.activeElement;
+  $("detail").replaceChildren(head, canaryPane(), tabs, body);
+  if (focused && focused !== document.activeElement && focused.isConnected) focused.focus();
 }
 
 function timelinePane(timeline) {
@@ -125,6 +128,9 @@ function timelinePane(timeline) {
 const ACTIONS = {
   publish: "moved by an upload", promote: "promoted", rollback: "rolled back",
   delete: "removed", adapter_deleted: "removed with the adapter",
+  canary_start: "canary started", canary_step: "canary stepped",
+  canary_pause: "canary paused", canary_resume: "canary resumed",
+  canary_promote: "promoted by its canary", canary_abort: "canary aborted",
 };
 
 function entryItem(e) {

@@ -1,6 +1,6 @@
 // The registry's page: sign in with a token, then the adapters (adapters.js,
-// versions.js, actions.js) and the fleet (fleet.js), kept live by the /ui/api/stream
-// feed, with what is shown kept in the URL (route.js). Loaded last: it starts the page.
+// versions.js, actions.js), their running canaries (canaries.js) and the fleet
+// (fleet.js), kept live by the /ui/api/stream feed, with what is shown kept in the URL (route.js). Loaded last: it starts the page.
 "use strict";
 
 // ---- sign-in --------------------------------------------------------------------
@@ -17,6 +17,7 @@ async function signIn(token, quiet) {
     $("app").hidden = false;
     applyRoute();
     await loadAdapters();
+    loadCanaries();
     connect();
   } catch (error) {
     sessionStorage.removeItem(TOKEN_KEY);
@@ -37,6 +38,7 @@ function signOut(message = "") {
   Object.assign(state, { stream: null, token: null, session: null, adapters: [],
                          fleet: null, timeline: null, notice: null });
   immutable.clear();
+  forgetCanaries();
   sessionStorage.removeItem(TOKEN_KEY);
   $("adapter-list").replaceChildren();
   $("fleet-list").replaceChildren();
@@ -54,6 +56,7 @@ function setLive(on, text) {
 function dispatch(event, data) {
   if (event === "fleet") renderFleet(JSON.parse(data));
   else if (event === "changes") loadAdapters();
+  else if (event === "canaries") canariesEvent(JSON.parse(data));
   else if (event === "error") {
     const error = JSON.parse(data);
     signOut(`Signed out: ${error.message}.`);

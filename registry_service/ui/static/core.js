@@ -12,6 +12,8 @@ const state = {
   fleet: null, // the last "fleet" event, null until it comes
   timeline: null, // the selected adapter's timeline
   notice: null, // { text, bad }: what the last promote or rollback came to
+  canaries: null, // the running canaries (canaries.js), null until first read
+  canaryNotice: null, // { adapter, text, bad }: what the last canary action came to
   armed: null, // the action waiting for its confirming click (actions.js)
   stream: null,
 };

@@ -73,7 +73,7 @@ function applyRoute() {
   if ($("search").value !== route.q) $("search").value = route.q;
   $("state-filter").value = route.state;
   renderAdapters();
-  if (!before || before.name !== route.name) state.notice = null;
+  if (!before || before.name !== route.name) state.notice = state.canaryNotice = null;
   state.armed = null;
   forgetFailedReads();
   if (!route.name) {

@@ -53,6 +53,19 @@ async def sign_in(page: Page, url: str, headers: dict[str, str], path: str = "/u
     await expect(page.get_by_test_id("whoami")).to_be_visible()
 
 
+@asynccontextmanager
+async def signed_in_page(url: str, headers: dict[str, str], path: str = "/ui", *,
+                         height: int = 900, feed: bool = True) -> AsyncIterator[Page]:
+    """A page in a new chromium, signed in at ``path``; without ``feed``, the live
+    stream is cut and the page keeps what it read until it reads again."""
+    async with chromium() as browser:
+        page = await browser.new_page(viewport={"width": 1280, "height": height})
+        if not feed:
+            await page.route("**/ui/api/stream", lambda route: route.abort())
+        await sign_in(page, url, headers, path)
+        yield page
+
+
 async def scroll_width(page: Page) -> int:
     """How wide the page is laid out: wider than the viewport means it scrolls sideways."""
     width: int = await page.evaluate("document.documentElement.scrollWidth")

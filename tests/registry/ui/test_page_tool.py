@@ -15,7 +15,13 @@ from devharness.http_registry import Served
 from devharness.registry import RegistryHarness
 from tests.registry.agents.support import served
 from tests.registry.auth.principals import assert_error
-from tests.registry.ui.browser import chromium, screenshot, scroll_width, sign_in
+from tests.registry.ui.browser import (
+    chromium,
+    screenshot,
+    scroll_width,
+    sign_in,
+    signed_in_page,
+)
 from tests.registry.ui.support import OTHER, OWN, push, report_serving
 
 VERSIONS_OF_SUPPORT_BOT = "/ui#/adapters/support-bot?tab=versions&v=2"
@@ -47,11 +53,7 @@ async def _signed_in(served_at: Served, tmp_path: Path, role: str, path: str = "
     """The scene, and a page signed in at ``path`` with a new ``role`` token of OWN."""
     await _scene(served_at.harness, tmp_path)
     headers = await served_at.harness.token(role, OWN)
-    async with chromium() as browser:
-        page = await browser.new_page(viewport={"width": 1280, "height": 900})
-        if not feed:  # the page keeps what it read until it reads again
-            await page.route("**/ui/api/stream", lambda route: route.abort())
-        await sign_in(page, served_at.url, headers, path)
+    async with signed_in_page(served_at.url, headers, path, feed=feed) as page:
         yield page, headers
 
 

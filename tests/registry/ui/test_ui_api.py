@@ -25,7 +25,7 @@ from tests.registry.ui.support import (
 
 ENDPOINTS = ("/ui/api/session", "/ui/api/fleet", "/ui/api/adapters/bot/timeline",
              "/ui/api/adapters/bot/versions/1", "/ui/api/adapters/bot/diff?base=1&head=1",
-             "/ui/api/stream")
+             "/ui/api/canaries", "/ui/api/stream")
 
 
 async def test_every_endpoint_needs_a_registry_token(registry: RegistryHarness,

@@ -10,6 +10,7 @@ import pytest
 from devharness.http_registry import Served, serve_http
 from devharness.services import NatsService
 from tests.registry.agents.support import served
+from tests.registry.canaries.support import ANALYSIS, CANARY, call, report, side
 from tests.registry.ui.sse import live
 from tests.registry.ui.support import OTHER, OWN, promote, push, report_serving, scene
 
@@ -71,3 +72,41 @@ async def test_a_revoked_token_ends_the_stream(http_registry: Served, tmp_path: 
         assert response.status_code == 204, response.text
         _, error = await frames.next("error")
         assert error["code"] == "invalid_token"
+
+
+async def test_stream_sends_the_tenants_running_canaries_as_they_change(
+        http_registry: Served, tmp_path: Path) -> None:
+    """A ``canaries`` event at the first look and whenever the running canaries change:
+    one starts, its step's traffic grows, it pauses, it ends. Another tenant's stream
+    sees none of it."""
+    registry = http_registry.harness
+    await scene(registry, tmp_path)
+    await push(registry, "bot", tmp_path / "bot2", 3, aliases="")
+    async with live(http_registry.url, await registry.token("reader", OWN)) as own, \
+            live(http_registry.url, await registry.token("reader", OTHER)) as other:
+        _, first = await own.next("canaries")
+        assert first == {"canaries": []}
+        assert await other.next("canaries") == ("canaries", {"canaries": []})
+        status, started = await call(registry, "POST", CANARY, json={
+            "version": 2, "steps": [10, 50], "step_seconds": 600, "analysis": ANALYSIS})
+        assert status == 201, started
+        _, shown = await own.next("canaries")
+        [canary] = shown["canaries"]
+        assert (canary["id"], canary["state"], canary["weight"]) == (started["id"],
+                                                                     "progressing", 10)
+        await report(registry, "gpu-1", side(canary["id"], "stable", 40),
+                     side(canary["id"], "canary", 20))
+        _, shown = await own.next("canaries")
+        requests = next(c for c in shown["canaries"][0]["live_checks"]
+                        if c["metric"] == "requests")
+        assert (requests["stable"], requests["canary"], requests["verdict"]) == (40, 20, "pass")
+        assert (await call(registry, "POST", f"{CANARY}/pause"))[0] == 200
+        _, shown = await own.next("canaries")
+        assert shown["canaries"][0]["state"] == "paused"
+        assert (await call(registry, "POST", f"{CANARY}/abort"))[0] == 200
+        assert await own.next("canaries") == ("canaries", {"canaries": []})
+        # The other tenant's stream was sent no canary in all that: its next change is
+        # its own tenant's upload, with no canaries event before it.
+        await push(registry, "rival", tmp_path / "rival2", 4, aliases="")
+        event, _ = await other.next("canaries", "changes")
+        assert event == "changes"
