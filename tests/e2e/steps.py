@@ -10,10 +10,13 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from devharness.openai_client import RETRY_OVER_HTTP, Completion, OpenAIClient
 from devharness.tcp_pause import HELD_PROMPT, PausableTcpProxy
@@ -21,6 +24,9 @@ from devharness.testbed import Testbed
 from devharness.waiting import Unexpected, eventually
 from loraplane.api import AgentOut
 from loraplane.client import AsyncRegistryClient
+from registry_service.canaries.models import CanaryRow
+from registry_service.db.base import utcnow
+from registry_service.settings import normalize_database_url
 
 # Streams that must stay in flight go through a PausableTcpProxy (devharness/tcp_pause.py)
 # between the agent and vLLM, which holds back the rest of any answer to a prompt with
@@ -157,3 +163,15 @@ async def held_stream(client: OpenAIClient, model: str,
         held.task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await held.task
+
+
+async def make_canary_due(testbed: Testbed, canary_id: int) -> None:
+    """The step's window opened a day ago: the analyst judges it at its next look."""
+    engine = create_async_engine(
+        normalize_database_url(testbed.registry.settings["LORAPLANE_DATABASE_URL"]))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(update(CanaryRow).where(CanaryRow.id == canary_id)
+                               .values(step_started_at=utcnow() - timedelta(days=1)))
+    finally:
+        await engine.dispose()

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from devharness.openai_client import OpenAIClient
 from devharness.testbed import Testbed
@@ -19,10 +16,7 @@ from devharness.waiting import eventually
 from loraplane.api.canaries import Canary, CanaryAnalysis
 from loraplane.canary_split import takes_canary
 from loraplane.client import AsyncRegistryClient
-from registry_service.canaries.models import CanaryRow
-from registry_service.db.base import utcnow
-from registry_service.settings import normalize_database_url
-from tests.e2e.steps import direct, new_adapter, publish, served_by
+from tests.e2e.steps import direct, make_canary_due, new_adapter, publish, served_by
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -62,7 +56,7 @@ async def test_a_quarter_of_the_customers_get_the_canary_and_the_abort_returns_t
     # Once both agents have reported the 400 requests (and those that waited for the
     # canary to be served), the step is judged: it passes.
     await eventually(lambda: _reported(api, name, 400), what="400 requests reported")
-    await _make_due(testbed, canary.id)
+    await make_canary_due(testbed, canary.id)
     stepped = await eventually(lambda: _at_step(api, name, 2), what="the next step")
     assert stepped.weight == 50 and stepped.checks[0].canary_requests >= on_canary * 4
     newcomer = next(c for c in CUSTOMERS if takes_canary(c, canary.id, 50)
@@ -96,18 +90,6 @@ async def _reported(api: AsyncRegistryClient, name: str, requests: int) -> bool:
 async def _at_step(api: AsyncRegistryClient, name: str, step: int) -> Canary | None:
     canary = await api.get_canary(name)
     return canary if canary.step == step else None
-
-
-async def _make_due(testbed: Testbed, canary_id: int) -> None:
-    """The step's window opened a day ago: the analyst judges it at its next look."""
-    engine = create_async_engine(
-        normalize_database_url(testbed.registry.settings["LORAPLANE_DATABASE_URL"]))
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(update(CanaryRow).where(CanaryRow.id == canary_id)
-                               .values(step_started_at=utcnow() - timedelta(days=1)))
-    finally:
-        await engine.dispose()
 
 
 async def _ask_everyone(agent_a: OpenAIClient, agent_b: OpenAIClient, name: str,

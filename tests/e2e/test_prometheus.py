@@ -1,8 +1,8 @@
 """The alerts and the dashboard on real data: a real Prometheus (Debian's) scrapes the
 testbed's registry and both agents while a short workload runs (a push, requests
 through both agents, streamed and not, a refused one, a second version and its
-promotion); then every alert expression and every dashboard query, asked through
-Prometheus' HTTP API, returns data.
+promotion, a canary judged once and one the analysis rolls back); then every alert
+expression and every dashboard query, asked through Prometheus' HTTP API, returns data.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from devharness.openai_client import RETRY_OVER_HTTP, OpenAIClient
 from devharness.prometheus import PrometheusServer
 from devharness.testbed import Testbed
 from devharness.waiting import eventually
+from loraplane.api.canaries import CanaryAnalysis
 from loraplane.client import AsyncRegistryClient
 from tests.deploy.promtool import RULES
-from tests.e2e.steps import new_adapter, publish, served_by
+from tests.e2e.steps import make_canary_due, new_adapter, publish, served_by
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -86,6 +87,26 @@ async def _workload(testbed: Testbed, api: AsyncRegistryClient,
     for client in clients.values():
         await served_by(client, name, f"{name}@{version}", timeout_s=60)
         assert (await client.complete(name, max_tokens=4)).ok
+    await _canaries(testbed, api, name)
+
+
+async def _canaries(testbed: Testbed, api: AsyncRegistryClient, name: str) -> None:
+    """On ``live``, a canary of version 1 judged once (no traffic: watched again, its
+    checks kept), then paused; on ``beta``, one the analysis rolls back (nothing to wait
+    for)."""
+    await api.move_alias(name, "beta", 2)
+    held = await api.start_canary(name, 1, steps=[10], step_seconds=3600)
+    gone = await api.start_canary(name, 1, alias="beta", steps=[10], step_seconds=3600,
+                                  analysis=CanaryAnalysis(inconclusive_limit=0))
+    for canary in (held, gone):
+        await make_canary_due(testbed, canary.id)
+
+    async def judged() -> bool:
+        live, beta = await api.get_canary(name), await api.list_canaries(name, "beta")
+        return bool(live.checks) and beta.canaries[0].state == "aborted"
+
+    await eventually(judged, timeout_s=60, what="both canaries judged")
+    await api.pause_canary(name, reason="for the paused gauge")
 
 
 async def _empty(prometheus: PrometheusServer, exprs: dict[str, str]) -> list[str]:
@@ -104,7 +125,7 @@ async def test_every_alert_and_dashboard_query_returns_data(
     await _workload(testbed, api, {"a": agent_a, "b": agent_b}, f"prom-{unique}")
     queries = {**{f"alert {k}": v for k, v in alert_exprs().items()},
                **{f"panel {k}": v for k, v in dashboard_exprs().items()}}
-    assert len(queries) == 9 + len(dashboard_exprs())
+    assert len(queries) == 11 + len(dashboard_exprs())
 
     async def answered() -> bool | None:
         missing = await _empty(prometheus, queries)
@@ -118,8 +139,9 @@ async def test_every_alert_and_dashboard_query_returns_data(
 
     async def rules_evaluated() -> bool:
         rules = await prometheus.rules()
-        return (len(rules) == 9 and all(r["health"] == "ok" and not r.get("lastError")
-                                        for r in rules))
+        return (len(rules) == 11 and all(r["health"] == "ok" and not r.get("lastError")
+                                         for r in rules))
 
     await eventually(rules_evaluated, timeout_s=30, retrying=RETRY_OVER_HTTP,
-                     what="Prometheus evaluating all nine alert rules without an error")
+                     what="Prometheus evaluating all eleven alert rules without an error")
+    await api.abort_canary(f"prom-{unique}", reason="test over")
