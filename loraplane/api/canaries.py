@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from itertools import pairwise
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from loraplane.api.bounds import VersionNumber
 
@@ -84,19 +84,12 @@ class CanaryAnalysis(BaseModel):
     source: MetricSource = "auto"
     queries: list[CanaryQuery] = Field(default_factory=list, max_length=MAX_QUERIES)
 
-    @field_validator("webhooks")
+    @field_validator("webhooks", "queries")
     @classmethod
-    def _unique(cls, hooks: list[CanaryWebhook]) -> list[CanaryWebhook]:
-        if len({hook.name for hook in hooks}) != len(hooks):
-            raise ValueError("webhook names must be unique")
-        return hooks
-
-    @field_validator("queries")
-    @classmethod
-    def _unique_queries(cls, queries: list[CanaryQuery]) -> list[CanaryQuery]:
-        if len({query.name for query in queries}) != len(queries):
-            raise ValueError("query names must be unique")
-        return queries
+    def _unique_names(cls, named: list[Any], info: ValidationInfo) -> list[Any]:
+        if len({item.name for item in named}) != len(named):
+            raise ValueError(f"{info.field_name} names must be unique")
+        return named
 
 
 class CanaryStart(BaseModel):

@@ -101,7 +101,7 @@ async def judge(session: AsyncSession, was: Seen, measured: Measured, *,
                       inconclusive=row.inconclusive, analysis=analysis)
     row.checks = [check.model_dump() for check in step]
     row.failures, row.inconclusive = decision.failures, decision.inconclusive
-    reason = await _apply(canary, decision, now)
+    reason = await _apply(canary, decision, analysis, now)
     outcome = decision.next if decision.next != "stop" else (
         "rollback" if row.on_failure == "rollback" else "pause")
     await session.commit()
@@ -125,7 +125,8 @@ def _where(row: CanaryRow) -> str:
     return f"step {row.step} of {len(row.steps)} ({row.weight}%)"
 
 
-async def _apply(canary: Running, decision: Decision, now: datetime) -> str:
+async def _apply(canary: Running, decision: Decision, analysis: CanaryAnalysis,
+                 now: datetime) -> str:
     row = canary.row
     at = _where(row)
     if decision.next == "promote":
@@ -140,9 +141,9 @@ async def _apply(canary: Running, decision: Decision, now: datetime) -> str:
         row.step, row.weight = row.step + 1, weight
         canary.record("canary_step", ANALYST_ACTOR, row.reason, canary.route())
     else:  # retry a failed step, or watch an inconclusive one again
-        limit = CanaryAnalysis(**row.analysis)
-        count, bound = ((decision.failures, limit.failure_limit) if decision.next == "retry"
-                        else (decision.inconclusive, limit.inconclusive_limit))
+        count, bound = ((decision.failures, analysis.failure_limit)
+                        if decision.next == "retry"
+                        else (decision.inconclusive, analysis.inconclusive_limit))
         row.reason = f"{at} watched again ({count} of {bound} allowed): {decision.reason}"
         row.updated_at = now
     row.step_started_at = now
